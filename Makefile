@@ -1,0 +1,34 @@
+# `make demo` and `make test` set everything up on a fresh machine, then do their job.
+# Stamps make re-runs skip what is already installed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_PIN := torch==2.13.0
+
+.PHONY: demo test install clean-venv
+
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	touch $@
+
+# Torch first: an unpinned torch pulled by a dependency would be a multi-GB CUDA build.
+$(VENV)/.torch: $(VENV)/.created
+	$(PIP) install --quiet $(TORCH_PIN)
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.torch pyproject.toml
+	$(PIP) install --quiet -e '.[dev,bm25]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py
+
+test: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,23 @@
+"""Convert SQuAD JSON into DPR's formats (passages TSV, QA TSVs, bi-encoder JSON), split by article.
+
+`python scripts/prepare_squad.py out_dir=outputs/data/squad`
+"""
+
+import json
+
+import hydra
+
+from taser.cli import CONFIG_DIR, plain, setup_logging
+from taser.data.squad import convert_squad
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
+def main(cfg) -> None:
+    setup_logging()
+    c = plain(cfg)
+    summary = convert_squad(c["squad_json"], c["out_dir"], c["train_articles"], c["words_per_passage"], c["random_negatives"], c["seed"])
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The passage corpus TSV of DPR (`psgs_w100.tsv`): header `id<TAB>text<TAB>title`.
+
+DPR's files are csv-quoted (a `"` inside a field is doubled), so they are read with the `csv`
+module rather than by splitting on tabs.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from taser.data.errors import DataFormatError
+from taser.io import atomic_open
+
+HEADER = ["id", "text", "title"]
+
+
+@dataclass(frozen=True)
+class Passage:
+    id: str
+    text: str
+    title: str = ""
+
+
+def read_passages(path: str | os.PathLike) -> Iterator[Passage]:
+    """Stream the passages of a DPR passages TSV, checking every row."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"passages file not found: {path}")
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t")
+        header = next(reader, None)
+        if header is None:
+            raise DataFormatError(path, "line 1", "empty file; expected the header id<TAB>text<TAB>title")
+        if [h.strip().lower() for h in header[:3]] != HEADER:
+            raise DataFormatError(path, "line 1", f"expected the header id<TAB>text<TAB>title, got {header!r}")
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue
+            if len(row) < 2:
+                raise DataFormatError(path, f"line {line}", f"expected 3 tab-separated fields, got {len(row)}")
+            pid, text = row[0].strip(), row[1]
+            title = row[2] if len(row) > 2 else ""
+            if not pid:
+                raise DataFormatError(path, f"line {line}", "empty passage id")
+            if not text.strip():
+                raise DataFormatError(path, f"line {line}", f"passage {pid!r} has empty text")
+            yield Passage(pid, text, title)
+
+
+def write_passages(path: str | os.PathLike, passages: Iterable[Passage]) -> int:
+    """Write passages as a DPR passages TSV (atomically). Returns the number written."""
+    n = 0
+    with atomic_open(path, "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
+        writer.writerow(HEADER)
+        for p in passages:
+            writer.writerow([p.id, p.text, p.title])
+            n += 1
+    return n

@@ -1,0 +1,1 @@
+"""Answer matching, top-k accuracy and IR metrics for retrieval evaluation."""

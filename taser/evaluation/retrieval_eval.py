@@ -1,0 +1,72 @@
+"""Judge retrieved passages against answers and write DPR's retrieval JSON and `results.json`.
+
+Passage texts are fetched by streaming the corpus TSV once for just the retrieved ids, so a
+21M-passage corpus is never held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from taser.data.passages import Passage, read_passages
+from taser.data.qa import QAPair
+from taser.data.retrieval_json import write_retrieval_results
+from taser.evaluation.answers import has_answer
+from taser.evaluation.topk import DEFAULT_KS, format_topk, top_k_accuracy
+from taser.io import atomic_open
+
+Ranked = Sequence[tuple[str, float]]
+
+
+def fetch_passages(passages_tsv: str | os.PathLike, ids: set[str]) -> dict[str, Passage]:
+    found = {p.id: p for p in read_passages(passages_tsv) if p.id in ids}
+    missing = ids - set(found)
+    if missing:
+        raise ValueError(f"{passages_tsv}: {len(missing)} retrieved ids are not in the corpus, e.g. {sorted(missing)[:3]}")
+    return found
+
+
+def judge(qa: Sequence[QAPair], retrieved: Sequence[Ranked], passages: dict[str, Passage], match: str) -> list[list[bool]]:
+    return [[has_answer(q.answers, passages[pid].text, match) for pid, _ in ranked] for q, ranked in zip(qa, retrieved)]
+
+
+def evaluate_retrieval(
+    qa: Sequence[QAPair],
+    retrieved: Sequence[Ranked],
+    passages_tsv: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    match: str = "string",
+    ks: Sequence[int] = DEFAULT_KS,
+    meta: dict | None = None,
+    write_json: bool = True,
+) -> dict:
+    """Top-k accuracy of `retrieved` (per question: (passage id, score) best first).
+
+    Writes `out_dir/retrieval.json` (DPR's format) and `out_dir/results.json`; returns the latter.
+    """
+    if len(qa) != len(retrieved):
+        raise ValueError(f"{len(qa)} questions but {len(retrieved)} result lists")
+    passages = fetch_passages(passages_tsv, {pid for ranked in retrieved for pid, _ in ranked})
+    hits = judge(qa, retrieved, passages, match)
+    acc = top_k_accuracy(hits, ks)
+    out = Path(out_dir)
+    if write_json:
+        records = (
+            {
+                "question": q.question,
+                "answers": q.answers,
+                "ctxs": [
+                    {"id": pid, "title": passages[pid].title, "text": passages[pid].text, "score": float(score), "has_answer": h}
+                    for (pid, score), h in zip(ranked, hit)
+                ],
+            }
+            for q, ranked, hit in zip(qa, retrieved, hits)
+        )
+        write_retrieval_results(out / "retrieval.json", records)
+    results = {**(meta or {}), "questions": len(qa), "match": match, "top_k": {str(k): round(v, 2) for k, v in acc.items()}, "summary": format_topk(acc)}
+    with atomic_open(out / "results.json") as f:
+        json.dump(results, f, indent=2)
+    return results

@@ -1,0 +1,28 @@
+"""Top-k retrieval accuracy: the share of questions with an answer in their first k passages."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+DEFAULT_KS = (1, 5, 20, 100)
+
+
+def top_k_accuracy(hits: Sequence[Sequence[bool]], ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]:
+    """Top-k accuracy in percent, for each k in `ks`.
+
+    `hits[q][i]` says whether the i-th retrieved passage of question q has an answer. A
+    question with fewer than k passages is judged on those it has.
+    """
+    if not hits:
+        raise ValueError("top-k accuracy of no questions")
+    if any(k < 1 for k in ks):
+        raise ValueError(f"k must be positive, got {list(ks)}")
+    # Rank of each question's first hit (None: no hit at all); hit at k <=> rank < k.
+    first = [next((i for i, h in enumerate(q) if h), None) for q in hits]
+    n = len(hits)
+    return {k: 100.0 * sum(1 for r in first if r is not None and r < k) / n for k in sorted(ks)}
+
+
+def format_topk(acc: dict[int, float]) -> str:
+    """One line such as "top-1 46.1 / top-5 75.6 / top-20 90.0"."""
+    return " / ".join(f"top-{k} {acc[k]:.1f}" for k in sorted(acc))

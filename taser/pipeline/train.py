@@ -1,0 +1,60 @@
+"""Stage: train a bi-encoder from a model config and one or more bi-encoder JSON files."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from taser.data.biencoder_json import BiEncoderJsonFile
+from taser.models.biencoder import BiEncoder, load_tokenizer
+from taser.models.pretrained import resolve_pretrained
+from taser.training.config import TrainConfig
+from taser.training.distributed import init_distributed
+from taser.training.trainer import Trainer, TrainResult
+
+log = logging.getLogger(__name__)
+
+
+def build_model(model_cfg: dict) -> tuple[BiEncoder, object]:
+    """A fresh bi-encoder (or one continued from `init_checkpoint`) and its tokenizer."""
+    cfg = dict(model_cfg)
+    init = cfg.pop("init_checkpoint", None)
+    dropout = cfg.pop("dropout", None)
+    if init:
+        model = BiEncoder.load(init, expected_type=cfg["model_type"])
+        return model, load_tokenizer(init)
+    pretrained = cfg.pop("pretrained")
+    model = BiEncoder.from_pretrained(
+        pretrained,
+        model_type=cfg.pop("model_type"),
+        pooling=cfg.pop("pooling", "auto"),
+        normalize=cfg.pop("normalize", "auto"),
+        taser=dict(cfg.pop("taser", None) or {}),
+        **cfg,
+    )
+    if dropout is not None:
+        set_dropout(model, float(dropout))
+    return model, load_tokenizer(resolve_pretrained(pretrained))
+
+
+def set_dropout(model, p: float) -> None:
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = p
+    for enc in {id(e): e for e in (model.question_encoder, model.passage_encoder) if e is not None}.values():
+        enc.config.hidden_dropout_prob = p
+        enc.config.attention_probs_dropout_prob = p
+
+
+def run_training(model_cfg: dict, train_files: Sequence[str], train_cfg: dict, output_dir: str | Path, dev_file: str | None = None, on_step=None) -> TrainResult:
+    dist_info = init_distributed()
+    model, tokenizer = build_model(model_cfg)
+    cfg = TrainConfig.from_dict(dict(train_cfg))
+    sets = [BiEncoderJsonFile(f) for f in train_files]
+    dev = BiEncoderJsonFile(dev_file) if dev_file else None
+    log.info("training %s on %s (%s records)", model.config.model_type, list(train_files), [len(s) for s in sets])
+    trainer = Trainer(model, tokenizer, sets, cfg, output_dir, dev_set=dev, dist_info=dist_info, on_step=on_step)
+    return trainer.train()

@@ -1,0 +1,1 @@
+"""Losses, batching, distributed helpers and the trainer (checkpoint + resume)."""

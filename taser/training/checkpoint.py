@@ -1,0 +1,77 @@
+"""Resumable checkpoints: the model directory plus `trainer_state.pt` beside it.
+
+The state holds the optimizer, scheduler, grad scaler, step (which fixes the data position,
+mid-epoch included) and every rank's random states, so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from taser.io import atomic_dir
+
+STATE_FILE = "trainer_state.pt"
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _all_ranks(obj) -> list:
+    if dist.is_available() and dist.is_initialized():
+        out = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+    return [obj]
+
+
+def save_checkpoint(directory, model, tokenizer, optimizer, scheduler, scaler, step: int, is_main: bool, extra: dict | None = None) -> None:
+    rngs = _all_ranks(rng_state())  # collective: every rank takes part
+    if not is_main:
+        return
+    with atomic_dir(directory) as tmp:
+        model.save_into(tmp, tokenizer)
+        torch.save(
+            {
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "rng": rngs,
+                "extra": extra or {},
+            },
+            Path(tmp) / STATE_FILE,
+        )
+
+
+def load_training_state(directory, optimizer, scheduler, scaler, rank: int) -> dict:
+    state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and state["scaler"] is not None:
+        scaler.load_state_dict(state["scaler"])
+    rngs = state["rng"]
+    if len(rngs) != (dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1):
+        raise ValueError(f"{directory} was saved by {len(rngs)} processes; resume with the same number")
+    set_rng_state(rngs[rank])
+    return state
+
+
+def has_checkpoint(directory) -> bool:
+    return (Path(directory) / STATE_FILE).is_file() and (Path(directory) / "model.safetensors").is_file()

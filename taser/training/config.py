@@ -1,0 +1,44 @@
+"""The `train` block of the training config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 16  # questions per rank per micro-batch
+    hard_negatives: int = 1
+    other_negatives: int = 0
+    in_batch: bool = True  # False: DPR's "1-of-N" without in-batch negatives
+    temperature: float = 1.0
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-8
+    layer_decay: float | None = None  # layer-wise lr decay (TASER: 0.8)
+    warmup_steps: int = 100
+    max_steps: int | None = None  # default: epochs x batches per epoch
+    epochs: int = 1
+    grad_clip: float = 2.0
+    grad_accumulation: int = 1
+    grad_cache_chunk: int = 0  # >0: gradient caching with chunks of this many sequences
+    precision: str = "fp32"
+    seed: int = 12345
+    log_every: int = 10
+    eval_every: int = 0  # 0: only at the end
+    save_every: int = 0  # 0: only at the end
+    val_max_questions: int = 500
+    val_batch_size: int = 64
+    resume: bool = False
+    sampling_rates: list[float] | None = None
+    progress: bool = True
+    device: str = "auto"
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown train settings: {sorted(unknown)}")
+        return cls(**d)

@@ -1,0 +1,123 @@
+"""One training step's forward and backward, plain or with gradient caching.
+
+Gradient caching (Gao et al. 2021, "GradCache"): encode the batch without a graph in chunks,
+compute the loss on all vectors and its gradient with respect to them, then re-encode chunk by
+chunk with a graph and back-propagate those cached vector gradients. Memory then scales with
+the chunk, not the batch, and the gradients equal the plain step's (each chunk's random state
+is replayed, so dropout draws the same masks in both passes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from taser.data.batching import Batch
+from taser.training.distributed import gather_with_grad
+from taser.training.loss import LossConfig, contrastive_nll
+from taser.training.precision import autocast
+
+
+@dataclass
+class StepStats:
+    loss_sum: float  # summed NLL over this rank's questions
+    correct: int
+    questions: int
+    aux: dict[str, float]
+
+
+def trim_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the columns that are padding in every row (inputs are right-padded)."""
+    longest = int(inputs["attention_mask"].sum(1).max())
+    return {k: v[:, :longest] for k, v in inputs.items()}
+
+
+def _chunks(inputs: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+    n = len(inputs["input_ids"])
+    return [trim_padding({k: v[i : i + size] for k, v in inputs.items()}) for i in range(0, n, size)]
+
+
+class _RandState:
+    """The CPU and current-GPU random states, to replay a chunk's dropout exactly."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda, self.device)
+
+
+class StepRunner:
+    def __init__(self, model, loss_config: LossConfig, precision: str, device: torch.device, grad_cache_chunk: int = 0, world_size: int = 1):
+        self.model, self.loss_config, self.precision, self.device = model, loss_config, precision, device
+        self.chunk = grad_cache_chunk
+        self.world_size = world_size
+
+    def _loss(self, q, p, batch: Batch, question_offset: int):
+        ctx, ctx_offset = gather_with_grad(p)
+        owner, _ = gather_with_grad(batch.ctx_owner + question_offset)
+        ids = torch.arange(len(q), device=q.device) + question_offset
+        return contrastive_nll(q, ctx, batch.positive_idx + ctx_offset, owner, self.loss_config, ids)
+
+    def run(self, batch: Batch, global_questions: int, question_offset: int = 0, scale: float = 1.0, scaler=None) -> StepStats:
+        """Forward + backward for one (micro-)batch; gradients accumulate in the parameters.
+
+        The NLL is divided by the global number of questions and multiplied by `scale`
+        (1 / gradient-accumulation steps), so gradients summed over ranks and micro-batches
+        are those of the mean loss over the whole step.
+        """
+        if self.chunk and self.chunk > 0:
+            return self._run_cached(batch, global_questions, question_offset, scale, scaler)
+        with autocast(self.precision, self.device):
+            q, p = self.model(trim_padding(batch.questions), trim_padding(batch.passages))
+        nll, correct = self._loss(q, p, batch, question_offset)
+        total = nll.sum() / global_questions * scale
+        aux = self.model.aux_loss()
+        if aux is not None:
+            total = total + aux.total * scale / self.world_size
+        (scaler.scale(total) if scaler is not None else total).backward()
+        return StepStats(float(nll.sum()), int(correct.sum()), len(nll), aux.parts if aux is not None else {})
+
+    def _encode_chunks(self, chunks, side):
+        states, reps = [], []
+        with torch.no_grad(), autocast(self.precision, self.device):
+            for chunk in chunks:
+                states.append(_RandState(self.device))
+                reps.append(self.model.encode(chunk["input_ids"], chunk["attention_mask"], side).float())
+        return states, torch.cat(reps)
+
+    def _run_cached(self, batch: Batch, global_questions: int, question_offset: int, scale: float, scaler=None) -> StepStats:
+        scaled = scaler.scale if scaler is not None else (lambda t: t)
+        q_chunks, p_chunks = _chunks(batch.questions, self.chunk), _chunks(batch.passages, self.chunk)
+        q_states, q = self._encode_chunks(q_chunks, "question")
+        p_states, p = self._encode_chunks(p_chunks, "passage")
+        self.model.aux_loss()  # drop what the graph-free pass accumulated
+        after_first_pass = _RandState(self.device)
+        q.requires_grad_(True)
+        p.requires_grad_(True)
+        nll, correct = self._loss(q, p, batch, question_offset)
+        scaled(nll.sum() / global_questions * scale).backward()  # vector gradients, scaled for fp16
+        aux_parts: dict[str, float] = {}
+        n_chunks = len(q_chunks) + len(p_chunks)
+        for side, chunks, states, grads in (("question", q_chunks, q_states, q.grad), ("passage", p_chunks, p_states, p.grad)):
+            start = 0
+            for chunk, state in zip(chunks, states):
+                n = len(chunk["input_ids"])
+                state.restore()
+                with autocast(self.precision, self.device):
+                    rep = self.model.encode(chunk["input_ids"], chunk["attention_mask"], side).float()
+                surrogate = (rep * grads[start : start + n]).sum()
+                aux = self.model.aux_loss()
+                if aux is not None:
+                    surrogate = surrogate + scaled(aux.total * scale / (self.world_size * n_chunks))
+                    for k, v in aux.parts.items():
+                        aux_parts[k] = aux_parts.get(k, 0.0) + v / n_chunks
+                surrogate.backward()
+                start += n
+        after_first_pass.restore()
+        return StepStats(float(nll.sum()), int(correct.sum()), len(nll), aux_parts)

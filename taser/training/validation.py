@@ -1,0 +1,44 @@
+"""Validation during training: NLL on held-out batches and DPR's average rank of the positive."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from taser.data.batching import collate, example_rng, make_example
+from taser.models.inputs import passage_string
+from taser.retrieval.encoder import encode_texts
+from taser.training.loss import LossConfig, contrastive_nll, similarity_scores
+from taser.training.precision import autocast
+
+
+@torch.no_grad()
+def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, float]:
+    """`records`: a sequence of bi-encoder records with positives (the first `val_max_questions`)."""
+    n = min(len(records), cfg.val_max_questions)
+    if n == 0:
+        return {}
+    examples = [make_example(records[i], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, i)) for i in range(n)]
+    was_training = model.training
+    model.eval()
+    loss_config = LossConfig(model.config.similarity, cfg.temperature, cfg.in_batch)
+    nll_sum, correct = 0.0, 0
+    for b in range(0, n, cfg.batch_size):
+        batch = collate(examples[b : b + cfg.batch_size], tokenizer, model.config.max_question_length, model.config.max_length).to(device)
+        with autocast(cfg.precision, device):
+            q, p = model(batch.questions, batch.passages)
+        nll, ok = contrastive_nll(q, p, batch.positive_idx, batch.ctx_owner, loss_config)
+        nll_sum += float(nll.sum())
+        correct += int(ok.sum())
+    # average rank: every question against the pool of all questions' passages
+    ctxs = [c for e in examples for c in e.passages]
+    positive = np.cumsum([0] + [len(e.passages) for e in examples[:-1]])
+    kw = dict(batch_size=cfg.val_batch_size, precision=cfg.precision, device=device)
+    qv = encode_texts(model, tokenizer, [e.question for e in examples], "question", **kw)
+    pv = encode_texts(model, tokenizer, [passage_string(c.get("title", ""), c["text"], tokenizer.sep_token) for c in ctxs], "passage", **kw)
+    scores = similarity_scores(torch.from_numpy(qv), torch.from_numpy(pv), model.config.similarity)
+    gold = scores[torch.arange(n), torch.from_numpy(positive)]
+    ranks = (scores > gold[:, None]).sum(1).float()
+    model.aux_loss()
+    model.train(was_training)
+    return {"val_nll": nll_sum / n, "val_acc": correct / n, "val_avg_rank": float(ranks.mean())}

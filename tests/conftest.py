@@ -1,0 +1,62 @@
+"""Shared fixtures: a tiny random BERT (2 layers, hidden 64) with MiniLM's tokenizer, and real
+SQuAD-derived data (the shipped file, a few articles of it for speed)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+SQUAD = ROOT / "data" / "squad" / "squad-v1.1-dev-40-articles.json"
+
+
+def tiny_bert_config(vocab_size: int, layers: int = 2):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=128, max_position_embeddings=512)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from taser.models.biencoder import load_tokenizer
+
+    return load_tokenizer("shipped:all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory, tokenizer) -> str:
+    """A directory holding a tiny random BERT and MiniLM's tokenizer, like any local model."""
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(tiny_bert_config(tokenizer.vocab_size)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def mini_squad(tmp_path_factory) -> Path:
+    """The first 4 articles of the shipped SQuAD file, converted: 3 train articles, 1 dev."""
+    from taser.data.squad import convert_squad
+
+    data = json.loads(SQUAD.read_text())
+    tmp = tmp_path_factory.mktemp("mini-squad")
+    src = tmp / "squad-4.json"
+    src.write_text(json.dumps({"version": "1.1", "data": data["data"][:4]}))
+    convert_squad(src, tmp / "prepared", train_articles=3, random_negatives=4, seed=0)
+    return tmp / "prepared"
+
+
+def tiny_model_cfg(pretrained: str, model_type: str = "dpr", **extra) -> dict:
+    cfg = {"model_type": model_type, "pretrained": pretrained, "pooling": "cls", "normalize": False, "similarity": "dot", "max_length": 64, "max_question_length": 32}
+    cfg.update(extra)
+    return cfg
