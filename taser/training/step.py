@@ -81,7 +81,7 @@ class StepRunner:
         if aux is not None:
             total = total + aux.total * scale / self.world_size
         (scaler.scale(total) if scaler is not None else total).backward()
-        return StepStats(float(nll.sum()), int(correct.sum()), len(nll), aux.parts if aux is not None else {})
+        return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), aux.parts if aux is not None else {})
 
     def _encode_chunks(self, chunks, side):
         states, reps = [], []
@@ -120,4 +120,4 @@ class StepRunner:
                 surrogate.backward()
                 start += n
         after_first_pass.restore()
-        return StepStats(float(nll.sum()), int(correct.sum()), len(nll), aux_parts)
+        return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), aux_parts)

@@ -81,22 +81,24 @@ class Trainer:
         self.device = pick_device(cfg.device)
         if cfg.grad_accumulation < 1 or cfg.batch_size < 1:
             raise ValueError("batch_size and grad_accumulation must be >= 1")
-        self.schedule = MultiSetSchedule([len(s) for s in self.train_sets], cfg.batch_size * self.dist.world_size, cfg.seed, cfg.sampling_rates)
-        per_epoch = self.schedule.batches_per_epoch // cfg.grad_accumulation
-        self.total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * per_epoch
+        # one schedule batch = one optimizer step: every rank's micro-batches of that step
+        step_batch = cfg.batch_size * self.dist.world_size * cfg.grad_accumulation
+        self.schedule = MultiSetSchedule([len(s) for s in self.train_sets], step_batch, cfg.seed, cfg.sampling_rates)
+        self.total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * self.schedule.batches_per_epoch
         if self.total_steps < 1:
             raise ValueError(f"nothing to train: {self.schedule.batches_per_epoch} batches per epoch, max_steps {cfg.max_steps}")
         self._epoch_cache: tuple[int, list] | None = None
 
     # -- data --------------------------------------------------------------------------
-    def _micro_batch(self, index: int):
-        per_epoch = self.schedule.batches_per_epoch
-        epoch, position = divmod(index, per_epoch)
+    def _micro_batch(self, step: int, micro: int):
+        """This rank's share of micro-batch `micro` of optimizer step `step` (0-based)."""
+        epoch, position = divmod(step, self.schedule.batches_per_epoch)
         if self._epoch_cache is None or self._epoch_cache[0] != epoch:
             self._epoch_cache = (epoch, self.schedule.epoch(epoch))
         batch = self._epoch_cache[1][position]
         b = self.cfg.batch_size
-        mine = batch[self.dist.rank * b : (self.dist.rank + 1) * b]
+        start = (micro * self.dist.world_size + self.dist.rank) * b
+        mine = batch[start : start + b]
         examples = [
             make_example(self.train_sets[d][i], self.cfg.hard_negatives, self.cfg.other_negatives, example_rng(self.cfg.seed, epoch, d, i))
             for d, i in mine
@@ -135,7 +137,7 @@ class Trainer:
             t0 = time.perf_counter()
             loss_sum, correct, aux = 0.0, 0, {}
             for micro in range(cfg.grad_accumulation):
-                batch = self._micro_batch(step * cfg.grad_accumulation + micro)
+                batch = self._micro_batch(step, micro)
                 stats = runner.run(batch, global_q, self.dist.rank * cfg.batch_size, scale=1.0 / cfg.grad_accumulation, scaler=scaler)
                 loss_sum += stats.loss_sum
                 correct += stats.correct

@@ -1,0 +1,69 @@
+"""Stage: mine hard negatives (and distant positives) with BM25 or a dense checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from taser.data.passage_store import PassageStore
+from taser.retrieval.bm25 import BM25Settings
+from taser.retrieval.mining import bm25_searcher, dense_searcher, mine_hard_negatives
+
+log = logging.getLogger(__name__)
+
+RETRIEVERS = ("bm25", "dense")
+
+
+def mine_negatives(
+    input_path: str | os.PathLike,
+    passages_tsv: str | os.PathLike,
+    output_path: str | os.PathLike,
+    retriever: str = "bm25",
+    top_n: int = 100,
+    num_hard_negatives: int = 30,
+    match: str = "string",
+    bm25: BM25Settings | dict | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    index: str | os.PathLike | None = None,
+    batch_size: int = 128,
+    precision: str = "fp32",
+    device: str = "auto",
+    block_size: int = 1000,
+    offsets_cache: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> dict:
+    """Write `output_path`: the questions of `input_path` with mined `hard_negative_ctxs`.
+
+    retriever="bm25": a BM25 index of `passages_tsv` (built, or reused from `bm25.index_dir`;
+    default `<output dir>/bm25-<backend>`). retriever="dense": `checkpoint` and its FAISS
+    `index` over `passages_tsv`. `offsets_cache`: where to keep the passage store's offsets
+    (worth it for a large corpus). Returns the summary (also written beside the output).
+    """
+    if retriever not in RETRIEVERS:
+        raise ValueError(f"unknown retriever {retriever!r} for mining; choose one of {', '.join(RETRIEVERS)}")
+    store = PassageStore(passages_tsv, cache=offsets_cache)
+    try:
+        if retriever == "bm25":
+            settings = BM25Settings.from_dict(bm25)
+            bm25_index = settings.open(passages_tsv, Path(output_path).parent / f"bm25-{settings.backend}")
+            try:
+                return mine_hard_negatives(
+                    input_path, output_path, bm25_searcher(bm25_index, settings.threads), store, top_n,
+                    num_hard_negatives, match, block_size, progress, meta={"retriever": "bm25", **settings.describe(bm25_index)},
+                )
+            finally:
+                bm25_index.close()
+        if not checkpoint or not index:
+            raise ValueError("retriever=dense needs a checkpoint and its passage index")
+        from taser.models.biencoder import BiEncoder, load_tokenizer
+        from taser.retrieval.encoder import pick_device
+        from taser.retrieval.faiss_index import PassageIndex
+
+        model = BiEncoder.load(checkpoint).to(pick_device(device))
+        search = dense_searcher(model, load_tokenizer(checkpoint), PassageIndex.load(index), batch_size, precision)
+        meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index)}
+        return mine_hard_negatives(input_path, output_path, search, store, top_n, num_hard_negatives, match,
+                                   block_size, progress, meta=meta)
+    finally:
+        store.close()

@@ -1,0 +1,68 @@
+"""Each script end to end on tiny data (a tiny random BERT, four SQuAD articles), as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SQUAD
+
+pytestmark = pytest.mark.slow
+
+
+def run(script, *overrides):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *overrides], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def run_fails(script, *overrides):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *overrides], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    return proc.stderr
+
+
+@pytest.mark.parametrize("model", ["dpr", "taser"])
+def test_prepare_train_encode_index_evaluate(tmp_path, tiny_pretrained, model):
+    data = tmp_path / "data"
+    small = tmp_path / "squad-3.json"
+    small.write_text(json.dumps({"data": json.loads(SQUAD.read_text())["data"][:3]}))
+    out = run("prepare_squad.py", f"squad_json={small}", f"out_dir={data}", "train_articles=2", "random_negatives=2")
+    assert json.loads(out.stdout)["train"]["articles"] == 2
+    data_overrides = [f"data.data_dir={data}"]
+    train_dir = tmp_path / "run"
+    layout = ["model.taser.specialize_every=1"] if model == "taser" else []  # the tiny model has 2 blocks
+    run("train.py", f"model={model}", *layout, f"model.pretrained={tiny_pretrained}", "model.max_length=64", "model.max_question_length=32",
+        *data_overrides, f"output_dir={train_dir}", "train.batch_size=4", "train.max_steps=2", "train.warmup_steps=1",
+        "train.val_max_questions=8", "train.progress=false")
+    ckpt = train_dir / "final"
+    config = json.loads((ckpt / "config.json").read_text())
+    assert config["taser"]["model_type"] == model
+    assert (ckpt / "model.safetensors").is_file() and (ckpt / "tokenizer.json").is_file()
+    assert (train_dir / "checkpoint" / "trainer_state.pt").is_file()
+
+    emb = tmp_path / "emb"
+    run("encode_passages.py", f"checkpoint={ckpt}", *data_overrides, f"out_dir={emb}", "shard_id=0", "num_shards=2", "batch_size=16")
+    run("encode_passages.py", f"checkpoint={ckpt}", *data_overrides, f"out_dir={emb}", "shard_id=1", "num_shards=2", "batch_size=16")
+    assert len(list(emb.glob("embeddings_*_of_002.npz"))) == 2
+    for kind in ("flat", "hnsw"):
+        run("build_index.py", f"embeddings={emb}", f"out_dir={tmp_path / kind}", f"index.type={kind}", "index.hnsw_m=16")
+    ev = run("evaluate.py", f"checkpoint={ckpt}", f"index={tmp_path / 'hnsw'}", *data_overrides, f"out_dir={tmp_path / 'eval'}")
+    assert "top-1" in ev.stdout
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert results["questions"] == len((data / "dev.qa.tsv").read_text().splitlines())
+    assert set(results["top_k"]) == {"1", "5", "20", "100"} and results["parameters"] > 0
+    assert results["model_type"] == model
+    retrieved = json.loads((tmp_path / "eval" / "retrieval.json").read_text())
+    assert len(retrieved) == results["questions"]
+    assert {"id", "title", "text", "score", "has_answer"} <= set(retrieved[0]["ctxs"][0])
+    top20 = sum(any(c["has_answer"] for c in r["ctxs"][:20]) for r in retrieved) / len(retrieved)
+    assert top20 * 100 == pytest.approx(results["top_k"]["20"], abs=0.01)
+
+
+def test_script_errors_are_clear(tmp_path, tiny_pretrained):
+    err = run_fails("train.py", "model.pretrained=/no/such/model", f"data.data_dir={tmp_path}", f"output_dir={tmp_path / 'x'}")
+    assert "model path not found: /no/such/model" in err
+    err = run_fails("evaluate.py", f"checkpoint={tiny_pretrained}", f"index={tmp_path}", f"data.data_dir={tmp_path}", f"qa_file={ROOT / 'tests/fixtures/nq-test.qa.tsv'}")
+    assert "not a taser bi-encoder checkpoint" in err
