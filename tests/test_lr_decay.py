@@ -25,9 +25,9 @@ def settings_by_name(model, groups, encoder_prefix="question_encoder."):
 
 def expected_lr(name: str) -> float:
     if name.startswith("embeddings."):
-        return LR * DECAY ** (LAYERS + 1)
+        return LR * DECAY**LAYERS
     if name.startswith("encoder.layer."):
-        return LR * DECAY ** (LAYERS - int(name.split(".")[2]))
+        return LR * DECAY ** (LAYERS - 1 - int(name.split(".")[2]))
     return LR
 
 
@@ -45,11 +45,11 @@ def test_layer_wise_decay(model_type):
         assert lr == pytest.approx(expected_lr(local)), name
         no_decay = name.endswith(".bias") or "LayerNorm" in name
         assert wd == (0.0 if no_decay else WD), name
-    assert settings["encoder.layer.2.attention.self.query.weight"][0] == pytest.approx(LR * DECAY)  # top block
+    assert settings["encoder.layer.2.attention.self.query.weight"][0] == pytest.approx(LR)  # top block
     assert settings["pooler.dense.weight"][0] == LR
     if model_type == "taser":
-        assert settings["encoder.layer.1.output.experts.1.output.dense.weight"] == (pytest.approx(LR * DECAY**2), WD)
-        assert settings["encoder.layer.1.output.router.proj.weight"][0] == pytest.approx(LR * DECAY**2)
+        assert settings["encoder.layer.1.output.experts.1.output.dense.weight"] == (pytest.approx(LR * DECAY), WD)
+        assert settings["encoder.layer.1.output.router.proj.weight"][0] == pytest.approx(LR * DECAY)
     torch.optim.AdamW(groups, lr=LR)  # accepted as is
 
 

@@ -100,8 +100,8 @@ class BiEncoder(nn.Module):
         p = self.encode(passages["input_ids"], passages["attention_mask"], "passage") if passages else None
         return q, p
 
-    def aux_loss(self) -> torch.Tensor | None:
-        """Routing losses of the last forward passes (TASER learned routing), else None."""
+    def aux_loss(self):
+        """The `AuxLoss` of the forward passes since the last call (TASER learned routing), else None."""
         if self.config.model_type != "taser":
             return None
         from taser.models.taser_encoder import collect_aux_loss

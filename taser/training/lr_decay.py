@@ -1,9 +1,10 @@
 """AdamW parameter groups: no weight decay on biases and norms; optional layer-wise lr decay.
 
-With `layer_decay` d on an encoder of L blocks (the BEiT / timm convention):
+With `layer_decay` d on an encoder of L blocks (ELECTRA-style: the top block keeps the full
+rate, since these encoders have no head above it):
 
-    block i (0-indexed)          lr * d ** (L - i)        top block: lr * d
-    embeddings                   lr * d ** (L + 1)
+    block i (0-indexed)          lr * d ** (L - 1 - i)    top block: lr
+    embeddings                   lr * d ** L
     everything else              lr                       pooler, shared TASER gate, heads
 
 A TASER block's experts and its own gate take the block's rate. For `dpr` each encoder is
@@ -40,10 +41,10 @@ def _depth_scales(encoder: nn.Module, decay: float) -> dict[int, float]:
         module = getattr(base, name, None)
         if isinstance(module, nn.Module):
             for p in module.parameters():
-                scales[id(p)] = decay ** (num_layers + 1)
+                scales[id(p)] = decay ** num_layers
     for i, layer in enumerate(layers):
         for p in layer.parameters():
-            scales[id(p)] = decay ** (num_layers - i)
+            scales[id(p)] = decay ** (num_layers - 1 - i)  # the top block keeps the full lr
     return scales
 
 

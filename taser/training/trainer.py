@@ -56,8 +56,9 @@ class TrainResult:
     steps: int
     final_dir: str
     seconds: float
-    seconds_per_step: float
+    seconds_per_step: float  # median
     history: list[dict]
+    step_seconds: list[float]
 
 
 class Trainer:
@@ -187,4 +188,4 @@ class Trainer:
             model.save(final, self.tokenizer)
             with atomic_open(self.out / "train_summary.json") as f:
                 json.dump({"steps": step, "seconds": seconds, "median_step_s": float(np.median(step_times)) if step_times else None, "config": asdict(cfg), "last": history[-1] if history else {}}, f, indent=2)
-        return TrainResult(step, str(final), seconds, float(np.median(step_times)) if step_times else float("nan"), history)
+        return TrainResult(step, str(final), seconds, float(np.median(step_times)) if step_times else float("nan"), history, step_times)

@@ -1,0 +1,122 @@
+"""Speed, memory and accuracy of taser's `dpr` model at the DPR reference's settings (issue 5).
+
+    python benchmarks/speed/run.py                 # everything, ~25 min on 2 cores
+    python benchmarks/speed/run.py --skip-accuracy # timing only
+
+Timing: batch 16 questions + 16 positives + 16 BM25 hard negatives, max 256 tokens, [CLS]
+pooling, lr 2e-5, in fp32 and in bf16, each in its own process (so peak memory is its own).
+Accuracy: the reference's 150-step run (a seeded random 2,400 training questions, one BM25 hard
+negative each, warm-up 15, clip 1.0, dropout 0.1) with [CLS] and with the model's mean pooling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import MINILM_CLS, ROOT, prepare_squad_with_bm25  # noqa: E402
+
+REFERENCE = {"s_per_step": 10.15, "peak_gb": 7.8, "passages_per_s": 17.9, "questions_per_s": 15.4, "top_k": {"1": 46.1, "5": 75.6, "20": 90.0, "100": 97.2}}
+TRAIN = {"batch_size": 16, "hard_negatives": 1, "learning_rate": 2e-5, "warmup_steps": 15, "grad_clip": 1.0, "seed": 12345, "log_every": 10, "save_every": 0, "val_max_questions": 0, "progress": False}
+
+
+def measure(precision: str, steps: int, warmup: int, work: Path) -> dict:
+    """Runs in a child process: train `steps` steps, then encode the corpus and the questions."""
+    from taser.data.biencoder_json import BiEncoderJsonFile
+    from taser.data.passages import read_passages
+    from taser.data.qa import read_qa
+    from taser.pipeline.train import build_model
+    from taser.retrieval.encoder import encode_passages, encode_questions
+    from taser.training.config import TrainConfig
+    from taser.training.trainer import Trainer
+
+    data = prepare_squad_with_bm25(work)
+    model, tokenizer = build_model(MINILM_CLS)
+    cfg = TrainConfig.from_dict({**TRAIN, "max_steps": steps, "precision": precision})
+    result = Trainer(model, tokenizer, [BiEncoderJsonFile(f) for f in data["train_files"]], cfg, work / f"timing-{precision}").train()
+    passages = list(read_passages(data["passages"]))
+    questions = [q.question for q in read_qa(data["qa_file"])]
+    t = time.perf_counter()
+    encode_passages(model, tokenizer, passages, batch_size=64, precision=precision)
+    p_rate = len(passages) / (time.perf_counter() - t)
+    t = time.perf_counter()
+    encode_questions(model, tokenizer, questions, batch_size=128, precision=precision)
+    q_rate = len(questions) / (time.perf_counter() - t)
+    return {
+        "precision": precision,
+        "s_per_step": statistics.median(result.step_seconds[warmup:]),
+        "steps_timed": len(result.step_seconds[warmup:]),
+        "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "passages_per_s": p_rate,
+        "questions_per_s": q_rate,
+    }
+
+
+def accuracy_runs(work: Path, steps: int, precision: str) -> list:
+    from taser.pipeline.experiment import evaluate_checkpoint, save_initial, train_and_evaluate
+
+    data = prepare_squad_with_bm25(work)
+    rate = 2400 / 6924  # one epoch = a seeded random 2,400 questions = 150 steps of 16
+    train = {**TRAIN, "max_steps": steps, "precision": precision, "sampling_rates": [rate]}
+    mean = {**MINILM_CLS, "pooling": "mean", "normalize": True}
+    rows = [evaluate_checkpoint("zero-shot MiniLM (mean, normalised)", save_initial(mean, work / "zero-shot"), data, work / "zero-shot", precision=precision)]
+    rows.append(train_and_evaluate("dpr, [CLS] pooling", MINILM_CLS, train, data, work / "acc-cls", eval_precision=precision))
+    rows.append(train_and_evaluate("dpr, mean pooling (model's own)", mean, train, data, work / "acc-mean", eval_precision=precision))
+    return rows
+
+
+def table(timings: list[dict], rows: list, args) -> str:
+    ref = REFERENCE
+    lines = [
+        "| system | precision | s/step (median) | steps/s vs reference | peak memory (GB) | passages/s | questions/s |",
+        "|---|---|---|---|---|---|---|",
+        f"| DPR reference code | fp32 | {ref['s_per_step']:.2f} | 1.0x | {ref['peak_gb']:.1f} | {ref['passages_per_s']:.1f} | {ref['questions_per_s']:.1f} |",
+    ]
+    for t in timings:
+        lines.append(f"| taser `dpr` | {t['precision']} | {t['s_per_step']:.2f} | {ref['s_per_step'] / t['s_per_step']:.1f}x | {t['peak_gb']:.2f} | {t['passages_per_s']:.1f} | {t['questions_per_s']:.1f} |")
+    out = "\n".join(lines) + "\n"
+    if rows:
+        from taser.pipeline.experiment import markdown_table
+
+        r = ref["top_k"]
+        out += f"\nAccuracy on the 1,971 evaluation questions ({args.accuracy_steps} steps of 16, precision {args.accuracy_precision}); DPR reference code ([CLS], fp32): top-1/5/20/100 {r['1']} / {r['5']} / {r['20']} / {r['100']}.\n\n"
+        out += markdown_table(rows)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-speed")
+    ap.add_argument("--timing-steps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--accuracy-steps", type=int, default=150)
+    ap.add_argument("--accuracy-precision", default="bf16")
+    ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--measure", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results.md")
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.timing_steps, args.warmup, args.work)))
+        return
+    prepare_squad_with_bm25(args.work)
+    timings = []
+    for precision in ("fp32", "bf16"):
+        proc = subprocess.run([sys.executable, __file__, "--measure", precision, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup)], capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-3000:])
+        timings.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    rows = [] if args.skip_accuracy else accuracy_runs(args.work, args.accuracy_steps, args.accuracy_precision)
+    text = "# Speed and accuracy against the DPR reference code\n\n" + f"Command: `python benchmarks/speed/run.py` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps; 2 CPU cores).\n\n" + table(timings, rows, args)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
