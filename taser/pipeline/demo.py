@@ -9,7 +9,11 @@ from pathlib import Path
 
 from taser.data.squad import convert_squad
 from taser.io import atomic_open
+from taser.pipeline.evaluate import evaluate_bm25, evaluate_hybrid
 from taser.pipeline.experiment import Row, evaluate_checkpoint, markdown_table, save_initial, train_and_evaluate
+from taser.pipeline.mine import mine_negatives
+from taser.retrieval.bm25 import BM25Settings
+from taser.retrieval.hybrid import DPR_LAMBDA
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,7 @@ def run_demo(cfg: dict) -> str:
     rows.append(trained)
     times["train"] = trained.stage_seconds["train"]
     times["trained: encode + index + evaluate"] = time.perf_counter() - t - trained.stage_seconds["train"]
-    rows += hybrid_stage(cfg, out, data, times)
+    rows += hybrid_stage(cfg, out, data, times, trained=out / "trained")
 
     tr = cfg["train"]
     text = (
@@ -59,10 +63,44 @@ def run_demo(cfg: dict) -> str:
     return text
 
 
+def _bm25_settings(cfg: dict, out: Path) -> BM25Settings:
+    b = cfg["bm25"]
+    return BM25Settings(b["backend"], b["k1"], b["b"], index_dir=str(out / "bm25" / "index"))
+
+
 def bm25_stages(cfg: dict, out: Path, data: dict, times: dict) -> tuple[list[Row], str]:
-    """BM25 baseline row and hard-negative mining; a no-op until BM25 is enabled."""
-    return [], "random"
+    """The BM25 baseline row, then BM25 hard negatives for the training questions.
+
+    `data["train_files"]` is replaced by the mined file, so the trained model sees BM25 hard
+    negatives. A no-op (random negatives) when BM25 is disabled.
+    """
+    if not cfg["bm25"]["enabled"]:
+        return [], "random"
+    settings = _bm25_settings(cfg, out)
+    t = time.perf_counter()
+    results = evaluate_bm25(data["qa_file"], data["passages"], out / "bm25" / "eval", match=data["match"], bm25=settings)
+    seconds = time.perf_counter() - t
+    times["BM25: index + evaluate"] = seconds
+    engine = "Lucene" if settings.backend == "pyserini" else "bm25s"
+    row = Row(f"BM25 ({engine}, k1={settings.k1:g}, b={settings.b:g})", results["top_k"], stage_seconds={"index + evaluate": seconds})
+
+    t = time.perf_counter()
+    mined = out / "data" / "train.bm25.json"
+    mine_negatives(data["train_files"][0], data["passages"], mined, retriever="bm25", match=data["match"], bm25=settings,
+                   progress=cfg["train"].get("progress", True))
+    times["BM25: mine hard negatives"] = time.perf_counter() - t
+    data["train_files"] = [str(mined)]
+    return [row], "BM25"
 
 
-def hybrid_stage(cfg: dict, out: Path, data: dict, times: dict) -> list[Row]:
-    return []
+def hybrid_stage(cfg: dict, out: Path, data: dict, times: dict, trained: Path | None = None) -> list[Row]:
+    """DPR's hybrid: the trained model's and BM25's top-100 fused by bm25 + λ·dense on the dev questions."""
+    if not cfg["bm25"]["enabled"] or trained is None:
+        return []
+    lam = cfg["bm25"].get("hybrid_lambda", DPR_LAMBDA)
+    t = time.perf_counter()
+    results = evaluate_hybrid(trained / "final", trained / "index", data["qa_file"], data["passages"], out / "hybrid",
+                              k=100, match=data["match"], bm25=_bm25_settings(cfg, out), lam=lam, rule="dpr",
+                              precision=cfg["precision"])
+    times["hybrid: retrieve + evaluate"] = time.perf_counter() - t
+    return [Row(f"hybrid (BM25 + dense, λ={lam:g})", results["top_k"], stage_seconds={"evaluate": times["hybrid: retrieve + evaluate"]})]

@@ -10,20 +10,24 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taser.data.qa import read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
-from taser.models.biencoder import BiEncoder, load_tokenizer
-from taser.models.params import parameter_report
 from taser.retrieval.bm25 import BM25Settings
-from taser.retrieval.encoder import encode_questions, pick_device
-from taser.retrieval.faiss_index import PassageIndex
 from taser.retrieval.hybrid import DPR_LAMBDA, fuse_many
+
+if TYPE_CHECKING:
+    from taser.retrieval.faiss_index import PassageIndex
+
+# torch, transformers and faiss are imported only by the dense paths: BM25 alone starts fast.
 
 log = logging.getLogger(__name__)
 
 
 def dense_retrieve(model, tokenizer, index: PassageIndex, questions: list[str], k: int, batch_size: int = 128, precision: str = "fp32"):
+    from taser.retrieval.encoder import encode_questions
+
     vectors = encode_questions(model, tokenizer, questions, batch_size=batch_size, precision=precision)
     scores, ids = index.search(vectors, k)
     return [list(zip(row_ids, map(float, row_scores))) for row_ids, row_scores in zip(ids, scores)]
@@ -31,6 +35,11 @@ def dense_retrieve(model, tokenizer, index: PassageIndex, questions: list[str], 
 
 def _dense_results(checkpoint, index_dir, questions: list[str], k: int, batch_size: int, precision: str, device: str) -> tuple[list, dict, float]:
     """(results, meta, seconds) of a checkpoint's dense retrieval."""
+    from taser.models.biencoder import BiEncoder, load_tokenizer
+    from taser.models.params import parameter_report
+    from taser.retrieval.encoder import pick_device
+    from taser.retrieval.faiss_index import PassageIndex
+
     model = BiEncoder.load(checkpoint).to(pick_device(device))
     tokenizer = load_tokenizer(checkpoint)
     index = PassageIndex.load(index_dir)

@@ -1,4 +1,9 @@
-"""Stage: mine hard negatives (and distant positives) with BM25 or a dense checkpoint."""
+"""Stage: mine hard negatives (and distant positives) with BM25 or a dense checkpoint.
+
+Passage texts for the mined ctxs come from a `PassageStore` over the passages TSV, for every
+retriever: one code path, bounded memory, and the exact title and text of the TSV. (The Lucene
+index stores no raw documents; storing them would roughly double its size on a 21M corpus.)
+"""
 
 from __future__ import annotations
 
