@@ -54,3 +54,12 @@ def test_bad_config():
         LossConfig("manhattan")
     with pytest.raises(ValueError, match="temperature"):
         LossConfig("dot", 0.0)
+
+
+def test_auto_temperature_follows_the_vectors():
+    from taser.training.config import TrainConfig
+
+    assert TrainConfig().resolved_temperature(normalize=False, similarity="dot") == 1.0
+    assert TrainConfig().resolved_temperature(normalize=True, similarity="dot") == 0.05
+    assert TrainConfig().resolved_temperature(normalize=False, similarity="cosine") == 0.05
+    assert TrainConfig(temperature=0.5).resolved_temperature(normalize=True, similarity="dot") == 0.5

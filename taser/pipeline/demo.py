@@ -53,7 +53,7 @@ def run_demo(cfg: dict) -> str:
         f"Corpus: {summary['passages']} passages (40 articles, 100 words); evaluation: {summary['dev']['questions']} questions "
         f"(last 10 articles); training: {summary['train']['with_positive']} questions with a positive (first 30 articles).\n"
         f"Training: {tr['max_steps']} steps of {tr['batch_size']} questions + {tr['hard_negatives']} {hard_note} hard negative(s) each, "
-        f"lr {tr['learning_rate']}, precision {cfg['precision']}, pooling {cfg['model'].get('pooling')}.\n\n"
+        f"lr {tr['learning_rate']}, training in {tr['precision']}, encoding in {cfg['precision']}, pooling {cfg['model'].get('pooling')} (the model's own: mean, normalised).\n\n"
         + markdown_table(rows)
         + "\n## Stage times (s)\n\n| stage | seconds |\n|---|---|\n"
         + "".join(f"| {k} | {v:.1f} |\n" for k, v in times.items())

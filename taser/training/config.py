@@ -11,7 +11,7 @@ class TrainConfig:
     hard_negatives: int = 1
     other_negatives: int = 0
     in_batch: bool = True  # False: DPR's "1-of-N" without in-batch negatives
-    temperature: float = 1.0
+    temperature: float | str = "auto"  # auto: 0.05 for normalised vectors or cosine, else 1 (DPR)
     learning_rate: float = 2e-5
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
@@ -34,6 +34,12 @@ class TrainConfig:
     progress: bool = True
     device: str = "auto"
     extra: dict = field(default_factory=dict)
+
+    def resolved_temperature(self, normalize: bool, similarity: str) -> float:
+        """Unit-length vectors score in [-1, 1]; without a temperature the softmax is nearly flat."""
+        if self.temperature != "auto":
+            return float(self.temperature)
+        return 0.05 if normalize or similarity == "cosine" else 1.0
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":

@@ -116,7 +116,7 @@ class Trainer:
         optimizer = torch.optim.AdamW(param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.layer_decay), lr=cfg.learning_rate, eps=cfg.adam_eps)
         scheduler = linear_schedule(optimizer, cfg.warmup_steps, self.total_steps)
         scaler = grad_scaler(cfg.precision, self.device)
-        runner = StepRunner(model, LossConfig(model.config.similarity, cfg.temperature, cfg.in_batch), cfg.precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
+        runner = StepRunner(model, LossConfig(model.config.similarity, cfg.resolved_temperature(model.config.normalize, model.config.similarity), cfg.in_batch), cfg.precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
         ckpt_dir = self.out / "checkpoint"
         step = 0
         if cfg.resume and has_checkpoint(ckpt_dir):

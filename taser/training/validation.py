@@ -21,7 +21,7 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     examples = [make_example(records[i], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, i)) for i in range(n)]
     was_training = model.training
     model.eval()
-    loss_config = LossConfig(model.config.similarity, cfg.temperature, cfg.in_batch)
+    loss_config = LossConfig(model.config.similarity, cfg.resolved_temperature(model.config.normalize, model.config.similarity), cfg.in_batch)
     nll_sum, correct = 0.0, 0
     for b in range(0, n, cfg.batch_size):
         batch = collate(examples[b : b + cfg.batch_size], tokenizer, model.config.max_question_length, model.config.max_length).to(device)
