@@ -18,7 +18,10 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     n = min(len(records), cfg.val_max_questions)
     if n == 0:
         return {}
-    examples = [make_example(records[i], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, i)) for i in range(n)]
+    # a seeded random subset: consecutive records share articles and often the same positive,
+    # which would turn in-batch negatives into copies of the positive
+    chosen = np.random.default_rng(cfg.seed).permutation(len(records))[:n]
+    examples = [make_example(records[int(i)], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, int(i))) for i in chosen]
     was_training = model.training
     model.eval()
     loss_config = LossConfig(model.config.similarity, cfg.resolved_temperature(model.config.normalize, model.config.similarity), cfg.in_batch)
