@@ -1,6 +1,6 @@
 """DPR vs TASER on the shipped SQuAD benchmark from the shipped MiniLM (issue 3).
 
-    python benchmarks/taser_vs_dpr/run.py --steps 40 --batch 16
+    python benchmarks/taser_vs_dpr/run.py --steps 60 --batch 16
 
 Rows: zero-shot, `shared`, `dpr`, `taser` (T=2, deterministic) and TASER with learned sequence
 routing, each trained with the same data (1 BM25 hard negative per question), steps, batch and
@@ -31,10 +31,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-taser")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--train-precision", default="fp32")
+    ap.add_argument("--train-precision", default="bf16")
     ap.add_argument("--eval-precision", default="bf16")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results.md")
     args = ap.parse_args()

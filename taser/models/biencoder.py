@@ -100,6 +100,24 @@ class BiEncoder(nn.Module):
         p = self.encode(passages["input_ids"], passages["attention_mask"], "passage") if passages else None
         return q, p
 
+    def set_dropout(self, hidden: float | None = None, attention: float | None = None) -> None:
+        """Override the checkpoint's dropout rates (None keeps one). They are saved with the model.
+
+        An attention dropout of 0 lets PyTorch use its fused (flash) attention kernel in
+        training; with attention dropout it falls back to the unfused computation.
+        """
+        encoders = [self.question_encoder] + ([self.passage_encoder] if self.passage_encoder is not None else [])
+        for encoder in encoders:
+            for name, module in encoder.named_modules():
+                if isinstance(module, nn.Dropout):
+                    rate = attention if name.endswith("self.dropout") else hidden  # attention.self.dropout
+                    if rate is not None:
+                        module.p = float(rate)
+            if hidden is not None:
+                encoder.config.hidden_dropout_prob = float(hidden)
+            if attention is not None:
+                encoder.config.attention_probs_dropout_prob = float(attention)
+
     def aux_loss(self):
         """The `AuxLoss` of the forward passes since the last call (TASER learned routing), else None."""
         if self.config.model_type != "taser":

@@ -21,6 +21,7 @@ def build_model(model_cfg: dict) -> tuple[BiEncoder, object]:
     cfg = dict(model_cfg)
     init = cfg.pop("init_checkpoint", None)
     dropout = cfg.pop("dropout", None)
+    attention_dropout = cfg.pop("attention_dropout", None)
     if init:
         model = BiEncoder.load(init, expected_type=cfg["model_type"])
         return model, load_tokenizer(init)
@@ -33,20 +34,8 @@ def build_model(model_cfg: dict) -> tuple[BiEncoder, object]:
         taser=dict(cfg.pop("taser", None) or {}),
         **cfg,
     )
-    if dropout is not None:
-        set_dropout(model, float(dropout))
+    model.set_dropout(hidden=dropout, attention=attention_dropout if attention_dropout is not None else dropout)
     return model, load_tokenizer(resolve_pretrained(pretrained))
-
-
-def set_dropout(model, p: float) -> None:
-    import torch
-
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = p
-    for enc in {id(e): e for e in (model.question_encoder, model.passage_encoder) if e is not None}.values():
-        enc.config.hidden_dropout_prob = p
-        enc.config.attention_probs_dropout_prob = p
 
 
 def run_training(model_cfg: dict, train_files: Sequence[str], train_cfg: dict, output_dir: str | Path, dev_file: str | None = None, on_step=None) -> TrainResult:
