@@ -1,0 +1,93 @@
+"""The bi-encoder: save/load, pooling defaults, dropout settings, checkpoint errors, precision."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model_cfg
+from taser.data.passages import Passage
+from taser.models.biencoder import BiEncoder, load_biencoder, load_tokenizer
+from taser.models.inputs import tokenize_passages, tokenize_questions
+from taser.pipeline.train import build_model
+from taser.retrieval.encoder import encode_passages
+
+
+@pytest.mark.parametrize("model_type", ["dpr", "shared"])
+def test_save_load_round_trip(tmp_path, tiny_pretrained, tokenizer, model_type):
+    model, _ = build_model(tiny_model_cfg(tiny_pretrained, model_type))
+    torch.manual_seed(1)
+    for p in model.parameters():  # make the two dpr encoders differ
+        p.data.add_(torch.randn_like(p) * 0.01)
+    model.save(tmp_path / "ckpt", tokenizer)
+    loaded = BiEncoder.load(tmp_path / "ckpt")
+    assert loaded.config == model.config
+    model.eval(), loaded.eval()
+    q = tokenize_questions(tokenizer, ["who wrote hamlet?"], 32)
+    p = tokenize_passages(tokenizer, ["Hamlet"], ["Hamlet is a tragedy by William Shakespeare."], 64)
+    with torch.no_grad():
+        for a, b in zip(model(q, p), loaded(q, p)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        if model_type == "dpr":
+            assert not torch.equal(model.encode(**q, side="question"), model.encode(**q, side="passage"))
+
+
+def test_pooling_defaults_follow_the_checkpoint(tiny_pretrained):
+    minilm = BiEncoder.from_pretrained("shipped:all-MiniLM-L6-v2", "shared")
+    assert (minilm.config.pooling, minilm.config.normalize) == ("mean", True)
+    bert = BiEncoder.from_pretrained(tiny_pretrained, "shared")
+    assert (bert.config.pooling, bert.config.normalize) == ("cls", False)  # DPR's for plain BERT checkpoints
+    forced = BiEncoder.from_pretrained("shipped:all-MiniLM-L6-v2", "shared", pooling="cls", normalize=False)
+    assert (forced.config.pooling, forced.config.normalize) == ("cls", False)
+
+
+def test_dropout_settings_are_applied_and_saved(tmp_path, tiny_pretrained, tokenizer):
+    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.2, attention_dropout=0.0))
+    rates = {name: m.p for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout)}
+    assert {p for n, p in rates.items() if n.endswith("self.dropout")} == {0.0}
+    assert {p for n, p in rates.items() if not n.endswith("self.dropout")} == {0.2}
+    model.save(tmp_path / "ckpt", tokenizer)
+    loaded = BiEncoder.load(tmp_path / "ckpt")
+    assert {name: m.p for name, m in loaded.named_modules() if isinstance(m, torch.nn.Dropout)} == rates
+
+
+def test_checkpoint_errors(tmp_path, tiny_pretrained, tokenizer):
+    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    model.save(tmp_path / "ckpt", tokenizer)
+    with pytest.raises(ValueError, match="holds a 'shared' model, but model_type 'dpr' was asked for"):
+        BiEncoder.load(tmp_path / "ckpt", expected_type="dpr")
+    with pytest.raises(ValueError, match="not a taser bi-encoder checkpoint"):
+        BiEncoder.load(tiny_pretrained)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        BiEncoder.load(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="model path not found"):
+        load_biencoder("./no/such/dir", "dpr")
+    assert isinstance(load_biencoder(str(tmp_path / "ckpt"), "shared"), BiEncoder)
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path, tiny_pretrained, tokenizer):
+    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    model.save(tmp_path / "ckpt", tokenizer)
+    before = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
+
+    class Broken:
+        def save_pretrained(self, _):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        model.save(tmp_path / "ckpt", Broken())
+    assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+@pytest.mark.slow
+def test_bf16_and_fp32_encoders_agree_on_real_minilm():
+    """bf16 autocast vectors stay within cosine 0.99 of fp32 and rank passages alike."""
+    model = BiEncoder.from_pretrained("shipped:all-MiniLM-L6-v2", "shared")
+    tokenizer = load_tokenizer("shipped:all-MiniLM-L6-v2")
+    passages = [Passage(str(i), f"Passage {i} about topic {t}: " + " ".join([t] * (5 + i)), t) for i, t in enumerate(["rivers", "music", "physics", "football", "cooking", "chess"] * 3)]
+    fp32 = encode_passages(model, tokenizer, passages, precision="fp32")
+    bf16 = encode_passages(model, tokenizer, passages, precision="bf16")
+    cosine = (fp32 * bf16).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(bf16, axis=1)
+    assert cosine.min() > 0.99
+    assert np.abs(fp32 - bf16).max() < 0.05
+    assert (np.argmax(fp32 @ fp32.T, 1) == np.argmax(bf16 @ bf16.T, 1)).all()
