@@ -116,7 +116,8 @@ def main() -> None:
             raise SystemExit(proc.stderr[-3000:])
         timings.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     rows = [] if args.skip_accuracy else accuracy_runs(args.work, args.accuracy_steps, args.accuracy_precision)
-    text = "# Speed and accuracy against the DPR reference code\n\n" + f"Command: `python benchmarks/speed/run.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps; 2 CPU cores).\n\n" + table(timings, rows, args)
+    title = "Speed against the DPR reference code (timing only)" if args.skip_accuracy else "Speed and accuracy against the DPR reference code"
+    text = f"# {title}\n\n" + f"Command: `python benchmarks/speed/run.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps; 2 CPU cores).\n\n" + table(timings, rows, args)
     args.out.write_text(text)
     print(text)
 
