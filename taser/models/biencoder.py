@@ -144,14 +144,7 @@ class BiEncoder(nn.Module):
     @classmethod
     def load(cls, directory: str | os.PathLike, expected_type: str | None = None) -> "BiEncoder":
         directory = Path(directory)
-        config_file = directory / "config.json"
-        if not config_file.is_file():
-            raise FileNotFoundError(f"not a checkpoint directory (no config.json): {directory}")
-        raw = json.loads(config_file.read_text())
-        block = raw.pop("taser", None)
-        if not isinstance(block, dict) or block.pop("format", None) != CHECKPOINT_FORMAT:
-            raise ValueError(f"{config_file} is not a taser bi-encoder checkpoint (no 'taser' block); to start from a plain encoder use model.pretrained")
-        config = BiEncoderConfig.from_dict(block)
+        config, raw = read_checkpoint_config(directory)
         if expected_type is not None and config.model_type != expected_type:
             raise ValueError(f"{directory} holds a '{config.model_type}' model, but model_type '{expected_type}' was asked for")
         enc_config = AutoConfig.for_model(**raw)
@@ -163,6 +156,18 @@ class BiEncoder(nn.Module):
         if missing or unexpected:
             raise ValueError(f"{directory}/model.safetensors does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
         return model
+
+
+def read_checkpoint_config(directory: str | os.PathLike) -> tuple[BiEncoderConfig, dict]:
+    """A checkpoint's bi-encoder config and its encoder's Hugging Face config (without loading weights)."""
+    config_file = Path(directory) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"not a checkpoint directory (no config.json): {directory}")
+    raw = json.loads(config_file.read_text())
+    block = raw.pop("taser", None)
+    if not isinstance(block, dict) or block.pop("format", None) != CHECKPOINT_FORMAT:
+        raise ValueError(f"{config_file} is not a taser bi-encoder checkpoint (no 'taser' block); to start from a plain encoder use model.pretrained")
+    return BiEncoderConfig.from_dict(block), raw
 
 
 def load_tokenizer(source: str | os.PathLike):

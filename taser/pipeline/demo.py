@@ -9,6 +9,7 @@ from pathlib import Path
 
 from taser.data.squad import convert_squad
 from taser.io import atomic_open
+from taser.models.biencoder import read_checkpoint_config
 from taser.pipeline.evaluate import evaluate_bm25, evaluate_hybrid
 from taser.pipeline.experiment import Row, evaluate_checkpoint, markdown_table, save_initial, train_and_evaluate
 from taser.pipeline.mine import mine_negatives
@@ -22,7 +23,7 @@ def run_demo(cfg: dict) -> str:
     out = Path(cfg["out_dir"])
     times: dict[str, float] = {}
     t = time.perf_counter()
-    summary = convert_squad(cfg["squad_json"], out / "data")
+    summary = convert_squad(cfg["squad_json"], out / "data", train_articles=cfg.get("train_articles", 30))
     times["prepare data"] = time.perf_counter() - t
     data = {
         "passages": str(out / "data" / "passages.tsv"),
@@ -32,8 +33,8 @@ def run_demo(cfg: dict) -> str:
         "match": "string",
     }
     rows: list[Row] = []
-    extra_rows, hard_note = bm25_stages(cfg, out, data, times)
-    rows += extra_rows[:1]
+    bm25_rows, hard_note = bm25_stages(cfg, out, data, times)
+    rows += bm25_rows
 
     t = time.perf_counter()
     initial = save_initial(cfg["model"], out / "zero-shot")
@@ -48,12 +49,15 @@ def run_demo(cfg: dict) -> str:
     rows += hybrid_stage(cfg, out, data, times, trained=out / "trained")
 
     tr = cfg["train"]
+    model_config = read_checkpoint_config(out / "trained" / "final")[0]
     text = (
         "# taser demo: SQuAD benchmark (shipped data), all-MiniLM-L6-v2\n\n"
-        f"Corpus: {summary['passages']} passages (40 articles, 100 words); evaluation: {summary['dev']['questions']} questions "
-        f"(last 10 articles); training: {summary['train']['with_positive']} questions with a positive (first 30 articles).\n"
+        f"Corpus: {summary['passages']} passages ({summary['train']['articles'] + summary['dev']['articles']} articles, 100 words); "
+        f"evaluation: {summary['dev']['questions']} questions (last {summary['dev']['articles']} articles); "
+        f"training: {summary['train']['with_positive']} questions with a positive (first {summary['train']['articles']} articles).\n"
         f"Training: {tr['max_steps']} steps of {tr['batch_size']} questions + {tr['hard_negatives']} {hard_note} hard negative(s) each, "
-        f"lr {tr['learning_rate']}, training in {tr['precision']}, encoding in {cfg['precision']}, pooling {cfg['model'].get('pooling')} (the model's own: mean, normalised).\n\n"
+        f"lr {tr['learning_rate']}, training in {tr['precision']}, encoding in {cfg['precision']}, {model_config.pooling} pooling"
+        f"{', normalised' if model_config.normalize else ''}, {model_config.similarity} similarity.\n\n"
         + markdown_table(rows)
         + "\n## Stage times (s)\n\n| stage | seconds |\n|---|---|\n"
         + "".join(f"| {k} | {v:.1f} |\n" for k, v in times.items())

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from taser.models.biencoder import read_checkpoint_config
 from taser.pipeline.encode import encode_corpus
 from taser.pipeline.evaluate import evaluate_dense
 from taser.pipeline.index import build_index
@@ -44,9 +45,7 @@ def evaluate_checkpoint(name: str, checkpoint: str, data: dict, out_dir: str | P
     enc = encode_corpus(checkpoint, data["passages"], out / "embeddings", batch_size=batch_size, precision=precision, progress=False)
     times["encode"] = time.perf_counter() - t
     t = time.perf_counter()
-    from taser.models.biencoder import BiEncoder  # for the metric only
-
-    similarity = BiEncoder.load(checkpoint).config.similarity
+    similarity = read_checkpoint_config(checkpoint)[0].similarity
     build_index(out / "embeddings", out / "index", index or IndexConfig("flat", metric_for(similarity)))
     times["index"] = time.perf_counter() - t
     t = time.perf_counter()

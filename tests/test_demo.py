@@ -1,0 +1,31 @@
+"""The demo's chain (BM25 row, mining, zero-shot, training, hybrid, results.md) on tiny data."""
+
+import json
+
+import pytest
+
+from conftest import SQUAD, tiny_model_cfg
+from taser.pipeline.demo import run_demo
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained):
+    small = tmp_path / "squad-3.json"
+    small.write_text(json.dumps({"data": json.loads(SQUAD.read_text())["data"][:3]}))
+    cfg = {
+        "squad_json": str(small),
+        "train_articles": 2,
+        "out_dir": str(tmp_path / "demo"),
+        "precision": "fp32",
+        "model": tiny_model_cfg(tiny_pretrained, "dpr"),
+        "bm25": {"enabled": True, "backend": "bm25s", "k1": 0.9, "b": 0.4, "hybrid_lambda": 1.1},
+        "train": {"batch_size": 4, "hard_negatives": 1, "learning_rate": 1e-4, "max_steps": 2, "warmup_steps": 1, "precision": "fp32", "save_every": 0, "val_max_questions": 8, "progress": False},
+    }
+    text = run_demo(cfg)
+    assert (tmp_path / "demo" / "results.md").read_text() == text
+    for row in ("BM25 (bm25s, k1=0.9, b=0.4)", "zero-shot (initial model)", "dpr trained", "hybrid (BM25 + dense, λ=1.1)"):
+        assert f"| {row} |" in text
+    assert "1 BM25 hard negative(s)" in text and "cls pooling, dot similarity" in text
+    mined = json.loads((tmp_path / "demo" / "data" / "train.bm25.json").read_text())
+    assert all(r["hard_negative_ctxs"] for r in mined)
