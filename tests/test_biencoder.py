@@ -91,3 +91,14 @@ def test_bf16_and_fp32_encoders_agree_on_real_minilm():
     assert cosine.min() > 0.99
     assert np.abs(fp32 - bf16).max() < 0.05
     assert (np.argmax(fp32 @ fp32.T, 1) == np.argmax(bf16 @ bf16.T, 1)).all()
+
+
+def test_pretrained_names_and_paths(tmp_path):
+    from taser.models.pretrained import resolve_pretrained
+
+    assert resolve_pretrained("bert-base-uncased") == "bert-base-uncased"
+    assert resolve_pretrained("facebook/dpr-question_encoder-single-nq-base") == "facebook/dpr-question_encoder-single-nq-base"
+    assert resolve_pretrained(str(tmp_path)) == str(tmp_path)
+    for missing in ("/no/such/model", "./model", "~/model", "a/b/c"):
+        with pytest.raises(FileNotFoundError, match="model path not found"):
+            resolve_pretrained(missing)

@@ -19,6 +19,7 @@ from taser.data.biencoder_json import write_biencoder_json
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, write_passages
 from taser.data.qa import QAPair, write_qa
+from taser.data.splitter import split_words
 from taser.io import atomic_open
 
 _WORD = re.compile(r"\S+")
@@ -81,9 +82,9 @@ def load_squad(path: str | os.PathLike, words_per_passage: int = 100) -> tuple[l
                 located.append((qa["question"].strip(), answers, bounds))
         first = len(corpus)
         entry = SquadArticle(title)
-        for i in range(0, len(words), words_per_passage):
+        for block in split_words(" ".join(words), words_per_passage):  # words hold no whitespace
             entry.passage_ids.append(len(corpus))
-            corpus.append(Passage(str(len(corpus) + 1), " ".join(words[i : i + words_per_passage]), title))
+            corpus.append(Passage(str(len(corpus) + 1), block.text, title))
         for question, answers, bounds in located:
             # the first gold answer (in annotation order) that lies inside a single passage
             inside = [w0 // words_per_passage for w0, w1 in bounds if w0 // words_per_passage == w1 // words_per_passage]

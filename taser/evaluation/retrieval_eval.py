@@ -1,7 +1,7 @@
 """Judge retrieved passages against answers and write DPR's retrieval JSON and `results.json`.
 
-Passage texts are fetched by streaming the corpus TSV once for just the retrieved ids, so a
-21M-passage corpus is never held in memory.
+Passage texts come from a `PassageStore` (byte offsets of the TSV's rows), so a 21M-passage
+corpus is never held in memory.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from taser.data.passages import Passage, read_passages
+from taser.data.passage_store import PassageStore
+from taser.data.passages import Passage
 from taser.data.qa import QAPair
 from taser.data.retrieval_json import write_retrieval_results
 from taser.evaluation.answers import has_answer
@@ -22,11 +23,13 @@ Ranked = Sequence[tuple[str, float]]
 
 
 def fetch_passages(passages_tsv: str | os.PathLike, ids: set[str]) -> dict[str, Passage]:
-    found = {p.id: p for p in read_passages(passages_tsv) if p.id in ids}
-    missing = ids - set(found)
-    if missing:
-        raise ValueError(f"{passages_tsv}: {len(missing)} retrieved ids are not in the corpus, e.g. {sorted(missing)[:3]}")
-    return found
+    store = PassageStore(passages_tsv)
+    try:
+        return store.get_many(ids)
+    except KeyError as e:
+        raise ValueError(f"{passages_tsv}: retrieved passages missing from the corpus: {e.args[0]}") from None
+    finally:
+        store.close()
 
 
 def judge(qa: Sequence[QAPair], retrieved: Sequence[Ranked], passages: dict[str, Passage], match: str) -> list[list[bool]]:

@@ -158,6 +158,10 @@ class BiEncoder(nn.Module):
         return model
 
 
+class NotACheckpointError(ValueError):
+    """A directory with a config.json that is not a taser bi-encoder checkpoint."""
+
+
 def read_checkpoint_config(directory: str | os.PathLike) -> tuple[BiEncoderConfig, dict]:
     """A checkpoint's bi-encoder config and its encoder's Hugging Face config (without loading weights)."""
     config_file = Path(directory) / "config.json"
@@ -166,7 +170,7 @@ def read_checkpoint_config(directory: str | os.PathLike) -> tuple[BiEncoderConfi
     raw = json.loads(config_file.read_text())
     block = raw.pop("taser", None)
     if not isinstance(block, dict) or block.pop("format", None) != CHECKPOINT_FORMAT:
-        raise ValueError(f"{config_file} is not a taser bi-encoder checkpoint (no 'taser' block); to start from a plain encoder use model.pretrained")
+        raise NotACheckpointError(f"{config_file} is not a taser bi-encoder checkpoint (no 'taser' block); to start from a plain encoder use model.pretrained")
     return BiEncoderConfig.from_dict(block), raw
 
 
@@ -176,8 +180,8 @@ def load_tokenizer(source: str | os.PathLike):
 
 def load_biencoder(checkpoint_or_pretrained: str, model_type: str = "dpr", **kwargs) -> BiEncoder:
     """A taser checkpoint directory if it is one, else a fresh bi-encoder from pretrained weights."""
-    path = Path(checkpoint_or_pretrained)
-    config_file = path / "config.json"
-    if config_file.is_file() and "taser" in json.loads(config_file.read_text()):
-        return BiEncoder.load(path, expected_type=model_type)
+    try:
+        return BiEncoder.load(checkpoint_or_pretrained, expected_type=model_type)
+    except (FileNotFoundError, NotACheckpointError):
+        pass  # a hub name, or a plain encoder directory (from_pretrained checks the path)
     return BiEncoder.from_pretrained(checkpoint_or_pretrained, model_type=model_type, **kwargs)

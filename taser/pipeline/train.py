@@ -8,7 +8,6 @@ from typing import Sequence
 
 from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.models.biencoder import BiEncoder, load_tokenizer
-from taser.models.pretrained import resolve_pretrained
 from taser.training.config import TrainConfig
 from taser.training.distributed import init_distributed
 from taser.training.trainer import Trainer, TrainResult
@@ -35,7 +34,7 @@ def build_model(model_cfg: dict) -> tuple[BiEncoder, object]:
         **cfg,
     )
     model.set_dropout(hidden=dropout, attention=attention_dropout if attention_dropout is not None else dropout)
-    return model, load_tokenizer(resolve_pretrained(pretrained))
+    return model, load_tokenizer(pretrained)
 
 
 def run_training(model_cfg: dict, train_files: Sequence[str], train_cfg: dict, output_dir: str | Path, dev_file: str | None = None, on_step=None) -> TrainResult:

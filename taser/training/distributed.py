@@ -93,7 +93,7 @@ def all_reduce_gradients(params) -> None:
     offset = 0
     for p, n_used in zip(params, flat[-len(params):].tolist()):
         n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone() if n_used > 0 else None
+        p.grad = flat[offset : offset + n].view_as(p) if n_used > 0 else None  # views of one buffer
         offset += n
 
 
