@@ -27,7 +27,7 @@ REFERENCE = {"s_per_step": 10.15, "peak_gb": 7.8, "passages_per_s": 17.9, "quest
 TRAIN = {"batch_size": 16, "hard_negatives": 1, "learning_rate": 2e-5, "warmup_steps": 15, "grad_clip": 1.0, "seed": 12345, "log_every": 10, "save_every": 0, "val_max_questions": 0, "progress": False}
 
 
-def measure(precision: str, attention_dropout: float | None, steps: int, warmup: int, work: Path) -> dict:
+def measure(precision: str, attention_dropout: float | None, attention: str, steps: int, warmup: int, work: Path) -> dict:
     """Runs in a child process: train `steps` steps, then encode the corpus and the questions."""
     from taser.data.biencoder_json import BiEncoderJsonFile
     from taser.data.passages import read_passages
@@ -38,7 +38,7 @@ def measure(precision: str, attention_dropout: float | None, steps: int, warmup:
     from taser.training.trainer import Trainer
 
     data = prepare_squad_with_bm25(work)
-    model, tokenizer = build_model({**MINILM_CLS, "attention_dropout": attention_dropout})
+    model, tokenizer = build_model({**MINILM_CLS, "attention_dropout": attention_dropout, "attention": attention})
     cfg = TrainConfig.from_dict({**TRAIN, "max_steps": steps, "precision": precision})
     result = Trainer(model, tokenizer, [BiEncoderJsonFile(f) for f in data["train_files"]], cfg, work / f"timing-{precision}").train()
     passages = list(read_passages(data["passages"]))
@@ -52,6 +52,7 @@ def measure(precision: str, attention_dropout: float | None, steps: int, warmup:
     return {
         "precision": precision,
         "attention_dropout": "0.1 (checkpoint)" if attention_dropout is None else attention_dropout,
+        "attention": attention,
         "s_per_step": statistics.median(result.step_seconds[warmup:]),
         "steps_timed": len(result.step_seconds[warmup:]),
         "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
@@ -76,12 +77,12 @@ def accuracy_runs(work: Path, steps: int, precision: str) -> list:
 def table(timings: list[dict], rows: list, args) -> str:
     ref = REFERENCE
     lines = [
-        "| system | precision | attention dropout | s/step (median) | steps/s vs reference | peak memory (GB) | passages/s | questions/s |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| DPR reference code | fp32 | 0.1 | {ref['s_per_step']:.2f} | 1.0x | {ref['peak_gb']:.1f} | {ref['passages_per_s']:.1f} | {ref['questions_per_s']:.1f} |",
+        "| system | precision | attention dropout | attention | s/step (median) | steps/s vs reference | peak memory (GB) | passages/s | questions/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| DPR reference code | fp32 | 0.1 | eager | {ref['s_per_step']:.2f} | 1.0x | {ref['peak_gb']:.1f} | {ref['passages_per_s']:.1f} | {ref['questions_per_s']:.1f} |",
     ]
     for t in timings:
-        lines.append(f"| taser `dpr` | {t['precision']} | {t['attention_dropout']} | {t['s_per_step']:.2f} | {ref['s_per_step'] / t['s_per_step']:.1f}x | {t['peak_gb']:.2f} | {t['passages_per_s']:.1f} | {t['questions_per_s']:.1f} |")
+        lines.append(f"| taser `dpr` | {t['precision']} | {t['attention_dropout']} | `{t['attention']}` | {t['s_per_step']:.2f} | {ref['s_per_step'] / t['s_per_step']:.1f}x | {t['peak_gb']:.2f} | {t['passages_per_s']:.1f} | {t['questions_per_s']:.1f} |")
     out = "\n".join(lines) + "\n"
     if rows:
         from taser.pipeline.experiment import markdown_table
@@ -102,15 +103,18 @@ def main() -> None:
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     ap.add_argument("--attention-dropout", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--attention", default="taser_sdpa", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results.md")
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.attention_dropout, args.timing_steps, args.warmup, args.work)))
+        print(json.dumps(measure(args.measure, args.attention_dropout, args.attention, args.timing_steps, args.warmup, args.work)))
         return
     prepare_squad_with_bm25(args.work)
     timings = []
-    for precision, attention_dropout in (("fp32", None), ("bf16", None), ("bf16", 0.0)):
-        extra = [] if attention_dropout is None else ["--attention-dropout", str(attention_dropout)]
+    # taser's default attention, then transformers' SDPA side by side (its CPU dropout path is unfused)
+    settings = (("fp32", None, "taser_sdpa"), ("bf16", None, "taser_sdpa"), ("bf16", None, "sdpa"), ("bf16", 0.0, "sdpa"))
+    for precision, attention_dropout, attention in settings:
+        extra = ["--attention", attention] + ([] if attention_dropout is None else ["--attention-dropout", str(attention_dropout)])
         proc = subprocess.run([sys.executable, __file__, "--measure", precision, *extra, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup)], capture_output=True, text=True)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from taser.io import atomic_dir
+from taser.models.attention import ATTENTION_IMPLEMENTATIONS, TASER_SDPA
 from taser.models.config import BiEncoderConfig
 from taser.models.pooling import pool
 from taser.models.pretrained import native_pooling, resolve_pretrained
@@ -29,7 +30,11 @@ SIDES = ("question", "passage")
 CHECKPOINT_FORMAT = "taser-biencoder"
 
 
-def _load_encoder(source: str | AutoConfig, attn: str = "sdpa") -> nn.Module:
+def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module:
+    """`attn`: `taser_sdpa` (SDPA, with a lean kernel for CPU attention dropout; see
+    `taser.models.attention`), or transformers' own `sdpa` or `eager`."""
+    if attn not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"unknown attention implementation {attn!r}; expected one of {ATTENTION_IMPLEMENTATIONS}")
     if isinstance(source, str):
         return AutoModel.from_pretrained(source, attn_implementation=attn)
     return AutoModel.from_config(source, attn_implementation=attn)
@@ -56,6 +61,7 @@ class BiEncoder(nn.Module):
         model_type: str = "dpr",
         pooling: str = "auto",
         normalize: bool | str = "auto",
+        attention: str = TASER_SDPA,
         **config_kwargs,
     ) -> "BiEncoder":
         """Initialise every encoder from one pretrained BERT-family model (path or hub name)."""
@@ -68,8 +74,8 @@ class BiEncoder(nn.Module):
             normalize=own_normalize if normalize == "auto" else bool(normalize),
             **config_kwargs,
         )
-        q = _load_encoder(path)
-        p = _load_encoder(path) if model_type == "dpr" else None
+        q = _load_encoder(path, attention)
+        p = _load_encoder(path, attention) if model_type == "dpr" else None
         return cls(config, q, p)
 
     @property
@@ -103,8 +109,8 @@ class BiEncoder(nn.Module):
     def set_dropout(self, hidden: float | None = None, attention: float | None = None) -> None:
         """Override the checkpoint's dropout rates (None keeps one). They are saved with the model.
 
-        An attention dropout of 0 lets PyTorch use its fused (flash) attention kernel in
-        training; with attention dropout it falls back to the unfused computation.
+        With transformers' `sdpa`, attention dropout on CPU falls back to PyTorch's unfused fp32
+        computation; the default `taser_sdpa` avoids that (see `taser.models.attention`).
         """
         encoders = [self.question_encoder] + ([self.passage_encoder] if self.passage_encoder is not None else [])
         for encoder in encoders:
@@ -142,14 +148,14 @@ class BiEncoder(nn.Module):
             tokenizer.save_pretrained(str(directory))
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, expected_type: str | None = None) -> "BiEncoder":
+    def load(cls, directory: str | os.PathLike, expected_type: str | None = None, attention: str = TASER_SDPA) -> "BiEncoder":
         directory = Path(directory)
         config, raw = read_checkpoint_config(directory)
         if expected_type is not None and config.model_type != expected_type:
             raise ValueError(f"{directory} holds a '{config.model_type}' model, but model_type '{expected_type}' was asked for")
         enc_config = AutoConfig.for_model(**raw)
-        q = _load_encoder(enc_config)
-        p = _load_encoder(enc_config) if config.model_type == "dpr" else None
+        q = _load_encoder(enc_config, attention)
+        p = _load_encoder(enc_config, attention) if config.model_type == "dpr" else None
         model = cls(config, q, p)
         state = load_file(str(directory / "model.safetensors"))
         missing, unexpected = model.load_state_dict(state, strict=False)

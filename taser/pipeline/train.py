@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from taser.data.biencoder_json import BiEncoderJsonFile
+from taser.models.attention import TASER_SDPA
 from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.training.config import TrainConfig
 from taser.training.distributed import init_distributed
@@ -21,20 +22,23 @@ def build_model(model_cfg: dict) -> tuple[BiEncoder, object]:
     init = cfg.pop("init_checkpoint", None)
     dropout = cfg.pop("dropout", None)
     attention_dropout = cfg.pop("attention_dropout", None)
+    attention = cfg.pop("attention", TASER_SDPA)
     if init:
-        model = BiEncoder.load(init, expected_type=cfg["model_type"])
-        return model, load_tokenizer(init)
-    pretrained = cfg.pop("pretrained")
-    model = BiEncoder.from_pretrained(
-        pretrained,
-        model_type=cfg.pop("model_type"),
-        pooling=cfg.pop("pooling", "auto"),
-        normalize=cfg.pop("normalize", "auto"),
-        taser=dict(cfg.pop("taser", None) or {}),
-        **cfg,
-    )
+        model, tokenizer = BiEncoder.load(init, expected_type=cfg["model_type"], attention=attention), load_tokenizer(init)
+    else:
+        pretrained = cfg.pop("pretrained")
+        model = BiEncoder.from_pretrained(
+            pretrained,
+            model_type=cfg.pop("model_type"),
+            pooling=cfg.pop("pooling", "auto"),
+            normalize=cfg.pop("normalize", "auto"),
+            attention=attention,
+            taser=dict(cfg.pop("taser", None) or {}),
+            **cfg,
+        )
+        tokenizer = load_tokenizer(pretrained)
     model.set_dropout(hidden=dropout, attention=attention_dropout if attention_dropout is not None else dropout)
-    return model, load_tokenizer(pretrained)
+    return model, tokenizer
 
 
 def run_training(model_cfg: dict, train_files: Sequence[str], train_cfg: dict, output_dir: str | Path, dev_file: str | None = None, on_step=None) -> TrainResult:

@@ -1,0 +1,123 @@
+"""The chunked dropout attention: exact against eager attention, same masks under a seed, lean."""
+
+import pytest
+import torch
+
+import taser.models.attention as attention
+from conftest import tiny_model_cfg
+from taser.models.attention import DROPOUT_RESOLUTION, chunked_dropout_attention
+from taser.pipeline.train import build_model
+
+B, H, L, D = 5, 3, 7, 4
+
+
+@pytest.fixture
+def qkv():
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(B, H, L, D, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(3)]
+
+
+@pytest.fixture
+def padding_mask():
+    lengths = torch.tensor([7, 5, 3, 7, 1])
+    keys = torch.arange(L)[None, :] < lengths[:, None]
+    return keys[:, None, None, :].expand(B, 1, L, L)  # what transformers' sdpa_mask gives: True = attend
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(attention, "CHUNK_ELEMENTS", 2 * H * L * L)  # two sequences a chunk: 3 chunks
+
+
+def eager(q, k, v, mask, keep=None, p=0.0):
+    probs = (q @ k.transpose(-1, -2) * D**-0.5).masked_fill(~mask, float("-inf")).softmax(-1)
+    if keep is not None:
+        probs = probs * keep / (1 - p)
+    return probs @ v
+
+
+def test_equals_eager_attention_without_dropout(qkv, padding_mask, small_chunks):
+    out = chunked_dropout_attention(*qkv, padding_mask, 0.0)
+    ref = eager(*qkv, padding_mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    grad = torch.randn_like(out)
+    for mine, theirs in zip(torch.autograd.grad(out, qkv, grad), torch.autograd.grad(ref, qkv, grad)):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-12)
+
+
+def test_dropout_is_on_the_probabilities_with_the_seeded_mask(qkv, padding_mask):
+    p = 0.25
+    torch.manual_seed(5)
+    out = chunked_dropout_attention(*qkv, padding_mask, p)  # one chunk: one draw of the whole mask
+    torch.manual_seed(5)
+    keep = torch.randint(0, DROPOUT_RESOLUTION, (B, H, L, L), dtype=torch.int16) >= round(p * DROPOUT_RESOLUTION)
+    assert 0 < (~keep).sum() < keep.sum()
+    ref = eager(*qkv, padding_mask, keep, p)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    grad = torch.randn_like(out)
+    for mine, theirs in zip(torch.autograd.grad(out, qkv, grad), torch.autograd.grad(ref, qkv, grad)):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-12)
+
+
+def test_gradients_with_dropout_pass_gradcheck(qkv, padding_mask, small_chunks):
+    def attend(q, k, v):
+        torch.manual_seed(3)  # the same masks on every call
+        return chunked_dropout_attention(q, k, v, padding_mask, 0.3)
+
+    assert torch.autograd.gradcheck(attend, tuple(qkv))
+
+
+def test_dropout_rate_and_expectation():
+    p = 0.1
+    q = torch.zeros(64, 4, 64, 8)  # uniform attention: each output is the kept share of the row, rescaled
+    v = torch.ones(64, 4, 64, 8)
+    torch.manual_seed(0)
+    out = chunked_dropout_attention(q, q, v, None, p)
+    assert out.mean().item() == pytest.approx(1.0, abs=0.01)
+    dropped = 1 - out[..., 0] * (1 - p)  # share of the row dropped
+    assert dropped.mean().item() == pytest.approx(p, abs=0.005)
+
+
+def test_fully_masked_row_gives_zeros_not_nan(qkv):
+    mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+    mask[0, 0, 2, :] = False
+    out = chunked_dropout_attention(*qkv, mask, 0.2)
+    assert torch.isfinite(out).all() and (out[0, :, 2] == 0).all()
+    grads = torch.autograd.grad(out.sum(), qkv)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_bf16_autocast_stays_close_to_fp32(padding_mask):
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(B, H, L, 32, generator=gen) for _ in range(3))
+    ref = chunked_dropout_attention(q, k, v, padding_mask, 0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = chunked_dropout_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), padding_mask, 0.0)
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), ref, rtol=0.02, atol=0.02)
+
+
+def test_rejects_bad_dropout(qkv):
+    with pytest.raises(ValueError, match="attention dropout"):
+        chunked_dropout_attention(*qkv, None, 1.0)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_model_vectors_equal_transformers_sdpa(tiny_pretrained, tokenizer, dropout):
+    """In evaluation (no dropout) and in training without dropout, taser_sdpa is transformers' SDPA."""
+    ours, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=dropout))
+    theirs, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=dropout, attention="sdpa"))
+    assert ours.question_encoder.config._attn_implementation == "taser_sdpa"
+    assert theirs.question_encoder.config._attn_implementation == "sdpa"
+    batch = tokenizer(["who wrote hamlet", "a much longer question about the university of chicago"], padding=True, return_tensors="pt")
+    if dropout:
+        ours.eval(), theirs.eval()
+    with torch.no_grad():
+        a = ours.encode(batch["input_ids"], batch["attention_mask"], "passage")
+        b = theirs.encode(batch["input_ids"], batch["attention_mask"], "passage")
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_attention_is_a_clear_error(tiny_pretrained):
+    with pytest.raises(ValueError, match="unknown attention implementation 'flash'"):
+        build_model(tiny_model_cfg(tiny_pretrained, "dpr", attention="flash"))
