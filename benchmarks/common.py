@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,3 +37,11 @@ def prepare_squad_with_bm25(work: Path) -> dict:
         "dev_file": str(data_dir / "dev.json"),
         "match": "string",
     }
+
+
+def measure_in_child(script: str, *args: str) -> dict:
+    """Run `script --measure ...` in a fresh process (so its peak memory is its own); its last stdout line is JSON."""
+    proc = subprocess.run([sys.executable, script, "--measure", *args], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -15,13 +15,12 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import MINILM_CLS, ROOT, prepare_squad_with_bm25  # noqa: E402
+from common import MINILM_CLS, ROOT, measure_in_child, prepare_squad_with_bm25  # noqa: E402
 
 REFERENCE = {"s_per_step": 10.15, "peak_gb": 7.8, "passages_per_s": 17.9, "questions_per_s": 15.4, "top_k": {"1": 46.1, "5": 75.6, "20": 90.0, "100": 97.2}}
 TRAIN = {"batch_size": 16, "hard_negatives": 1, "learning_rate": 2e-5, "warmup_steps": 15, "grad_clip": 1.0, "seed": 12345, "log_every": 10, "save_every": 0, "val_max_questions": 0, "progress": False}
@@ -115,10 +114,7 @@ def main() -> None:
     settings = (("fp32", None, "taser_sdpa"), ("bf16", None, "taser_sdpa"), ("bf16", None, "sdpa"), ("bf16", 0.0, "sdpa"))
     for precision, attention_dropout, attention in settings:
         extra = ["--attention", attention] + ([] if attention_dropout is None else ["--attention-dropout", str(attention_dropout)])
-        proc = subprocess.run([sys.executable, __file__, "--measure", precision, *extra, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup)], capture_output=True, text=True)
-        if proc.returncode:
-            raise SystemExit(proc.stderr[-3000:])
-        timings.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        timings.append(measure_in_child(__file__, precision, *extra, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup)))
     rows = [] if args.skip_accuracy else accuracy_runs(args.work, args.accuracy_steps, args.accuracy_precision)
     title = "Speed against the DPR reference code (timing only)" if args.skip_accuracy else "Speed and accuracy against the DPR reference code"
     text = f"# {title}\n\n" + f"Command: `python benchmarks/speed/run.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps; 2 CPU cores).\n\n" + table(timings, rows, args)
