@@ -133,7 +133,7 @@ def _mask_rows(mask, rows: torch.Tensor, batch: int):
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"learned attention routing needs a tensor attention mask (eager/sdpa), got {type(mask).__name__}")
+        raise TypeError(f"learned attention routing needs a tensor attention mask (taser_sdpa, sdpa or eager attention), got {type(mask).__name__}")
     if mask.shape[0] == 1:  # broadcast over the batch
         return mask
     if mask.shape[0] != batch:
