@@ -121,3 +121,17 @@ def test_model_vectors_equal_transformers_sdpa(tiny_pretrained, tokenizer, dropo
 def test_unknown_attention_is_a_clear_error(tiny_pretrained):
     with pytest.raises(ValueError, match="unknown attention implementation 'flash'"):
         build_model(tiny_model_cfg(tiny_pretrained, "dpr", attention="flash"))
+
+
+def test_keeps_no_float_attention_matrix_for_backward(qkv, padding_mask):
+    """What makes it lean: only q, k, v, the log-normaliser, the bias and a bool mask are saved."""
+    saved = []
+
+    def pack(t):
+        saved.append((tuple(t.shape), t.dtype))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        chunked_dropout_attention(*qkv, padding_mask, 0.1)
+    per_head_matrices = [(shape, dtype) for shape, dtype in saved if shape == (B, H, L, L)]
+    assert per_head_matrices == [((B, H, L, L), torch.bool)]
