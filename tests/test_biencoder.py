@@ -48,6 +48,9 @@ def test_dropout_settings_are_applied_and_saved(tmp_path, tiny_pretrained, token
     model.save(tmp_path / "ckpt", tokenizer)
     loaded = BiEncoder.load(tmp_path / "ckpt")
     assert {name: m.p for name, m in loaded.named_modules() if isinstance(m, torch.nn.Dropout)} == rates
+    # overrides apply when continuing from a checkpoint too
+    continued, _ = build_model({**tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.3), "init_checkpoint": str(tmp_path / "ckpt")})
+    assert {m.p for m in continued.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}
 
 
 def test_checkpoint_errors(tmp_path, tiny_pretrained, tokenizer):
