@@ -1,9 +1,13 @@
-"""Shared set-up of the benchmarks: the SQuAD protocol's data, with BM25 hard negatives."""
+"""Shared set-up of the benchmarks: the SQuAD protocol's data, with BM25 hard negatives, the
+TrainConfig settings they share, and the helpers their reports use."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import resource
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,20 +20,71 @@ from taser.data.squad import convert_squad  # noqa: E402
 
 SQUAD = ROOT / "data" / "squad" / "squad-v1.1-dev-40-articles.json"
 MINILM_CLS = {"model_type": "dpr", "pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "cls", "normalize": False}
+# TrainConfig settings every benchmark shares (each script adds or overrides its own): the
+# reference protocol's seed, learning rate, 1 BM25 hard negative per question and clip 1.0;
+# no checkpoints, no per-run validation, no progress bars.
+BASE_TRAIN = {
+    "hard_negatives": 1, "learning_rate": 2e-5, "grad_clip": 1.0, "seed": 12345,
+    "save_every": 0, "val_max_questions": 0, "progress": False,
+}
 log = logging.getLogger("benchmark")
 
 
-def prepare_squad_with_bm25(work: Path) -> dict:
-    """Convert the shipped SQuAD file and mine 1+ BM25 hard negatives per training question (reused)."""
-    from taser.pipeline.mine import mine_negatives
+def command_line(script: str | os.PathLike, argv: list[str] | None = None) -> str:
+    """`python benchmarks/<x>/run.py <args>`: how this run was started (argv: default sys.argv[1:])."""
+    path = Path(script).resolve()
+    try:
+        path = path.relative_to(ROOT)
+    except ValueError:
+        pass
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", path.as_posix(), *args])
 
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def prepare_squad(work: Path, limit_train: int | None = None) -> Path:
+    """Convert the shipped SQuAD file into `work/data` (once); return the training file.
+
+    limit_train: only the first N training questions, in `train.firstN.json` (written only when
+    missing or older than `train.json`, so files derived from it stay fresh).
+    """
     setup_logging()
     data_dir = work / "data"
     if not (data_dir / "summary.json").is_file():
         convert_squad(SQUAD, data_dir)
-    mined = data_dir / "train.bm25.json"
-    if not mined.is_file():
-        mine_negatives(data_dir / "train.json", data_dir / "passages.tsv", mined, retriever="bm25", top_n=100, num_hard_negatives=30, bm25={"backend": "pyserini"}, progress=False)
+    train = data_dir / "train.json"
+    if limit_train:
+        from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json
+
+        subset = data_dir / f"train.first{limit_train}.json"
+        if not subset.is_file() or subset.stat().st_mtime < train.stat().st_mtime:
+            source = BiEncoderJsonFile(train)
+            write_biencoder_json(subset, (source[i] for i in range(min(limit_train, len(source)))))
+        train = subset
+    return train
+
+
+def prepare_squad_with_bm25(work: Path, backend: str = "pyserini", index_dir: Path | None = None,
+                            limit_train: int | None = None, tag: str = "bm25") -> dict:
+    """Convert the shipped SQuAD file and mine 1+ BM25 hard negatives per training question (reused).
+
+    The negatives (the 30 highest-ranked of BM25's top-100 without an answer) go to
+    `work/data/train[.firstN].<tag>.json`, mined again only when missing or older than the
+    training file. backend: `pyserini` or `bm25s`; index_dir: the BM25 index (default
+    `work/data/bm25-<backend>`); limit_train: see `prepare_squad`.
+    """
+    from taser.pipeline.mine import mine_negatives
+
+    train = prepare_squad(work, limit_train)
+    data_dir = work / "data"
+    mined = train.with_name(train.name.replace(".json", f".{tag}.json"))
+    if not mined.is_file() or mined.stat().st_mtime < train.stat().st_mtime:
+        bm25 = {"backend": backend} if index_dir is None else {"backend": backend, "index_dir": str(index_dir)}
+        mine_negatives(train, data_dir / "passages.tsv", mined, retriever="bm25", top_n=100, num_hard_negatives=30, bm25=bm25, progress=False)
     return {
         "passages": str(data_dir / "passages.tsv"),
         "qa_file": str(data_dir / "dev.qa.tsv"),

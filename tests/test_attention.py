@@ -45,6 +45,18 @@ def test_equals_eager_attention_without_dropout(qkv, padding_mask, small_chunks)
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-12)
 
 
+def test_broadcast_mask_over_several_chunks_equals_eager(qkv, small_chunks):
+    """A (1, 1, L, L) mask is shared by every sequence, in every chunk, forward and backward."""
+    mask = torch.rand(1, 1, L, L, generator=torch.Generator().manual_seed(2)) < 0.6
+    mask[..., 0] = True  # no fully masked row
+    out = chunked_dropout_attention(*qkv, mask, 0.0)
+    ref = eager(*qkv, mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    grad = torch.randn_like(out)
+    for mine, theirs in zip(torch.autograd.grad(out, qkv, grad), torch.autograd.grad(ref, qkv, grad)):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-12)
+
+
 def test_dropout_is_on_the_probabilities_with_the_seeded_mask(qkv, padding_mask):
     p = 0.25
     torch.manual_seed(5)
@@ -88,12 +100,20 @@ def test_fully_masked_row_gives_zeros_not_nan(qkv):
 
 
 def test_bf16_autocast_stays_close_to_fp32(padding_mask):
-    gen = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(B, H, L, 32, generator=gen) for _ in range(3))
-    ref = chunked_dropout_attention(q, k, v, padding_mask, 0.0)
+    """q, k, v made by a layer under autocast come out bf16; the result stays close to fp32."""
+    torch.manual_seed(1)
+    project = torch.nn.Linear(H * 32, 3 * H * 32)
+    x = torch.randn(B, L, H * 32)
+
+    def attend():
+        q, k, v = project(x).view(B, L, 3, H, 32).permute(2, 0, 3, 1, 4)
+        return q.dtype, chunked_dropout_attention(q, k, v, padding_mask, 0.0)
+
+    ref_dtype, ref = attend()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        low = chunked_dropout_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), padding_mask, 0.0)
-    assert low.dtype == torch.bfloat16
+        low_dtype, low = attend()
+    assert ref_dtype == ref.dtype == torch.float32
+    assert low_dtype == low.dtype == torch.bfloat16
     torch.testing.assert_close(low.float(), ref, rtol=0.02, atol=0.02)
 
 
@@ -118,13 +138,40 @@ def test_model_vectors_equal_transformers_sdpa(tiny_pretrained, tokenizer, dropo
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer, monkeypatch):
+    """In training with attention dropout, taser_sdpa runs the chunked kernel on sdpa_mask's mask.
+
+    An attention dropout of 1e-9 rounds to a drop threshold of 0: no dropout mask is drawn and
+    nothing is dropped, so the result must be SDPA's without dropout."""
+    assert round(1e-9 * DROPOUT_RESOLUTION) == 0
+    ours, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9))
+    theirs, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9, attention="sdpa"))
+    ours.train(), theirs.eval()
+    batch = tokenizer(["who wrote hamlet", "a much longer question about the university of chicago"], padding=True, return_tensors="pt")
+    assert not batch["attention_mask"].all()  # padded
+    masks = []
+    apply = attention.ChunkedDropoutAttention.apply
+
+    def spy(q, k, v, mask, p, scale):
+        masks.append(mask)
+        return apply(q, k, v, mask, p, scale)
+
+    monkeypatch.setattr(attention.ChunkedDropoutAttention, "apply", spy)
+    with torch.no_grad():
+        a = ours.encode(batch["input_ids"], batch["attention_mask"], "passage")
+        b = theirs.encode(batch["input_ids"], batch["attention_mask"], "passage")
+    assert len(masks) == ours.passage_encoder.config.num_hidden_layers
+    assert all(m.dtype == torch.bool and m.shape[0] == 2 and not m.all() for m in masks)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_unknown_attention_is_a_clear_error(tiny_pretrained):
     with pytest.raises(ValueError, match="unknown attention implementation 'flash'"):
         build_model(tiny_model_cfg(tiny_pretrained, "dpr", attention="flash"))
 
 
 def test_keeps_no_float_attention_matrix_for_backward(qkv, padding_mask):
-    """What makes it lean: only q, k, v, the log-normaliser, the bias and a bool mask are saved."""
+    """What makes it lean: only q, k, v, the log-normaliser, the bool attention mask and a bool dropout mask are saved."""
     saved = []
 
     def pack(t):
@@ -135,3 +182,6 @@ def test_keeps_no_float_attention_matrix_for_backward(qkv, padding_mask):
         chunked_dropout_attention(*qkv, padding_mask, 0.1)
     per_head_matrices = [(shape, dtype) for shape, dtype in saved if shape == (B, H, L, L)]
     assert per_head_matrices == [((B, H, L, L), torch.bool)]
+    float_matrices = [(shape, dtype) for shape, dtype in saved if shape[-2:] == (L, L) and dtype.is_floating_point]
+    assert float_matrices == []
+    assert ((B, 1, L, L), torch.bool) in saved  # the attention mask as given, not a float bias

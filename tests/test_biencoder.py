@@ -67,6 +67,20 @@ def test_checkpoint_errors(tmp_path, tiny_pretrained, tokenizer):
     assert isinstance(load_biencoder(str(tmp_path / "ckpt"), "shared"), BiEncoder)
 
 
+def test_load_biencoder_from_checkpoint(tmp_path, tiny_pretrained, tokenizer):
+    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    model.save(tmp_path / "ckpt", tokenizer)
+    # the attention implementation reaches a checkpoint's encoders too
+    loaded = load_biencoder(str(tmp_path / "ckpt"), "shared", attention="eager")
+    assert loaded.question_encoder.config._attn_implementation == "eager"
+    # a checkpoint without its weights is an error about them, not a fall-back to from_pretrained
+    (tmp_path / "ckpt" / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        load_biencoder(str(tmp_path / "ckpt"), "shared")
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        BiEncoder.load(tmp_path / "ckpt")
+
+
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path, tiny_pretrained, tokenizer):
     model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
     model.save(tmp_path / "ckpt", tokenizer)

@@ -4,13 +4,22 @@ import json
 
 import pytest
 
+import taser.pipeline.experiment as experiment
 from conftest import SQUAD, tiny_model_cfg
 from taser.pipeline.demo import run_demo
 
 pytestmark = pytest.mark.slow
 
 
-def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained):
+def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
+    trained_on = []
+    real_run_training = experiment.run_training
+
+    def spy_run_training(model_cfg, train_files, *args, **kwargs):
+        trained_on.extend(train_files)
+        return real_run_training(model_cfg, train_files, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_training", spy_run_training)
     small = tmp_path / "squad-3.json"
     small.write_text(json.dumps({"data": json.loads(SQUAD.read_text())["data"][:3]}))
     cfg = {
@@ -24,8 +33,13 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained):
     }
     text = run_demo(cfg)
     assert (tmp_path / "demo" / "results.md").read_text() == text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
     for row in ("BM25 (bm25s, k1=0.9, b=0.4)", "zero-shot (initial model)", "dpr trained", "hybrid (BM25 + dense, λ=1.1)"):
-        assert f"| {row} |" in text
+        top_k = [float(cell) for cell in rows[row].split("|")[2:6]]
+        assert all(0 <= v <= 100 for v in top_k) and top_k == sorted(top_k), row
     assert "1 BM25 hard negative(s)" in text and "cls pooling, dot similarity" in text
     mined = json.loads((tmp_path / "demo" / "data" / "train.bm25.json").read_text())
     assert all(r["hard_negative_ctxs"] for r in mined)
+    assert trained_on == [str(tmp_path / "demo" / "data" / "train.bm25.json")]  # training read the mined negatives
+    hybrid = json.loads((tmp_path / "demo" / "hybrid" / "results.json").read_text())
+    assert hybrid["retriever"] == "hybrid" and hybrid["questions"] > 0

@@ -63,3 +63,15 @@ def test_auto_temperature_follows_the_vectors():
     assert TrainConfig().resolved_temperature(normalize=True, similarity="dot") == 0.05
     assert TrainConfig().resolved_temperature(normalize=False, similarity="cosine") == 0.05
     assert TrainConfig(temperature=0.5).resolved_temperature(normalize=True, similarity="dot") == 0.5
+
+
+def test_train_config_builds_the_loss_config():
+    from taser.models.config import BiEncoderConfig
+    from taser.training.config import TrainConfig
+
+    auto = TrainConfig(temperature="auto")
+    assert auto.loss_config(BiEncoderConfig(normalize=True)) == LossConfig("dot", 0.05, True)
+    assert auto.loss_config(BiEncoderConfig(similarity="cosine")) == LossConfig("cosine", 0.05, True)
+    assert auto.loss_config(BiEncoderConfig()) == LossConfig("dot", 1.0, True)
+    fixed = TrainConfig(temperature=0.5, in_batch=False).loss_config(BiEncoderConfig(normalize=True, similarity="l2"))
+    assert fixed == LossConfig("l2", 0.5, False)

@@ -68,16 +68,21 @@ def test_mining_a_qa_file_streams_blocks_and_counts_drops(tmp_path):
     pairs = [QAPair(f"q{i}", ["Paris"] if i % 3 else ["Berlin"]) for i in range(10)]  # 4 without an answer passage
     write_qa(qa, pairs)
     out = tmp_path / "mined" / "q.json"
-    seen = []
+    seen, calls = [], []
 
     def ranking(q):
         seen.append(q)
         return RANKED if q != "q1" else RANKED[3:]  # q1: no "Paris" passage in its top-N either
 
+    def search(questions, k):
+        calls.append(len(questions))
+        return fake_search(ranking)(questions, k)
+
     with PassageStore(tsv) as store:
-        summary = mine_hard_negatives(qa, out, fake_search(ranking), store, top_n=4, num_hard_negatives=2,
+        summary = mine_hard_negatives(qa, out, search, store, top_n=4, num_hard_negatives=2,
                                       block_size=3, progress=False, meta={"retriever": "fake"})
     assert seen == [p.question for p in pairs]
+    assert calls == [3, 3, 3, 1]  # one batched search per block
     records = list(BiEncoderJsonFile(out))
     assert [r["question"] for r in records] == ["q2", "q4", "q5", "q7", "q8"]
     assert all(ids(r["positive_ctxs"]) == ["3"] and ids(r["hard_negative_ctxs"]) == ["2", "4"] for r in records)

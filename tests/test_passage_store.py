@@ -29,6 +29,8 @@ def test_integer_ids_match_read_passages(tmp_path):
         store["5"]
     got = store.get_many(["20", "1", "20"])
     assert list(got) == ["1", "20"] and got["1"] == TRICKY[1]  # file order, deduplicated
+    # "3" precedes "2" in the file but follows it in key (and request) order
+    assert list(store.get_many(["2", "3", "2"])) == ["3", "2"]
     with pytest.raises(KeyError, match=r"1 passage ids are not in .*\['9'\]"):
         store.get_many(["1", "9"])
     assert sorted(store.ids(), key=int) == ["1", "2", "3", "20"]
@@ -58,6 +60,13 @@ def test_cache_is_reused_then_invalidated(tmp_path, monkeypatch):
     write_passages(tsv, [*TRICKY, Passage("21", "new")])
     os.utime(tsv, ns=(1, 1))  # a different modification time, whatever the clock did
     assert PassageStore(tsv, cache=cache)["21"].text == "new"
+    # same size, new content: only the modification time tells the cache is stale
+    size = tsv.stat().st_size
+    write_passages(tsv, [*TRICKY, Passage("22", "old")])
+    os.utime(tsv, ns=(2, 2))
+    assert tsv.stat().st_size == size
+    with PassageStore(tsv, cache=cache) as store:
+        assert store["22"].text == "old" and "21" not in store
 
 
 def test_bad_input(tmp_path):

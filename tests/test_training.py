@@ -74,6 +74,7 @@ def test_grad_cache_gives_the_plain_gradients(tiny_pretrained, tokenizer, mini_s
 def test_grad_cache_replays_dropout(tiny_pretrained, tokenizer, mini_squad):
     """With dropout on, the chunk's second pass must draw the first pass's masks."""
     model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared", dropout=0.3))
+    model.train()  # build_model leaves the encoders in eval mode; the Trainer calls train()
     batch = _batch(tokenizer, mini_squad, n=4)
     torch.manual_seed(3)
     StepRunner(model, LossConfig(), "fp32", torch.device("cpu"), grad_cache_chunk=64).run(batch, batch.size)
@@ -82,8 +83,16 @@ def test_grad_cache_replays_dropout(tiny_pretrained, tokenizer, mini_squad):
     # one chunk per side = one forward per side, as the plain step does: same masks, same grads
     torch.manual_seed(3)
     StepRunner(model, LossConfig(), "fp32", torch.device("cpu")).run(batch, batch.size)
-    for k, g in _grads(model).items():
+    g_plain = _grads(model)
+    assert g_plain.keys() == g_cached.keys() and len(g_plain) > 10
+    for k, g in g_plain.items():
         torch.testing.assert_close(g_cached[k], g, rtol=1e-4, atol=1e-5, msg=k)
+    # dropout is on: another seed draws other masks and gives other gradients
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(4)
+    StepRunner(model, LossConfig(), "fp32", torch.device("cpu")).run(batch, batch.size)
+    g_other = _grads(model)
+    assert any(not torch.allclose(g_other[k], g, rtol=1e-4, atol=1e-5) for k, g in g_plain.items())
 
 
 def test_dynamic_padding_gives_fixed_padding_vectors(tiny_pretrained, tokenizer):

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import MINILM_CLS, ROOT, measure_in_child, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, MINILM_CLS, ROOT, command_line, measure_in_child, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
 
-TRAIN = {"batch_size": 128, "hard_negatives": 1, "learning_rate": 2e-5, "warmup_steps": 1, "grad_clip": 1.0, "seed": 12345, "log_every": 1, "save_every": 0, "val_max_questions": 0, "progress": False, "precision": "bf16"}
+TRAIN = {**BASE_TRAIN, "batch_size": 128, "warmup_steps": 1, "log_every": 1, "precision": "bf16"}
 
 
 def bert_base(work: Path) -> str:
@@ -57,7 +56,7 @@ def measure(model_name: str, chunk: int, steps: int, work: Path) -> dict:
         "grad_cache_chunk": chunk,
         "steps": steps,
         "s_per_step": statistics.median(result.step_seconds),
-        "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "peak_gb": peak_rss_gb(),
     }
 
 
@@ -80,7 +79,7 @@ def main() -> None:
     lines = [
         "# Gradient caching: the paper's batch of 128 on one CPU machine",
         "",
-        f"Command: `python benchmarks/grad_cache/run.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`. Batch 128 questions + 128 positives + 128 BM25 hard negatives",
+        f"Command: `{command_line(__file__)}`. Batch 128 questions + 128 positives + 128 BM25 hard negatives",
         f"(in-batch negatives across all 256 passages), max 256 tokens, bf16, {args.steps} training steps per row (median s/step), each row in its own process; 2 CPU cores, 23 GB.",
         "",
         "| model | parameters | gradient cache chunk | peak memory (GB) | s/step |",

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import MINILM_CLS, ROOT, measure_in_child, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, MINILM_CLS, ROOT, command_line, measure_in_child, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
 
 REFERENCE = {"s_per_step": 10.15, "peak_gb": 7.8, "passages_per_s": 17.9, "questions_per_s": 15.4, "top_k": {"1": 46.1, "5": 75.6, "20": 90.0, "100": 97.2}}
-TRAIN = {"batch_size": 16, "hard_negatives": 1, "learning_rate": 2e-5, "warmup_steps": 15, "grad_clip": 1.0, "seed": 12345, "log_every": 10, "save_every": 0, "val_max_questions": 0, "progress": False}
+TRAIN = {**BASE_TRAIN, "batch_size": 16, "warmup_steps": 15, "log_every": 10}
 
 
 def measure(precision: str, attention_dropout: float | None, attention: str, steps: int, warmup: int, work: Path) -> dict:
@@ -54,7 +53,7 @@ def measure(precision: str, attention_dropout: float | None, attention: str, ste
         "attention": attention,
         "s_per_step": statistics.median(result.step_seconds[warmup:]),
         "steps_timed": len(result.step_seconds[warmup:]),
-        "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "peak_gb": peak_rss_gb(),
         "passages_per_s": p_rate,
         "questions_per_s": q_rate,
     }
@@ -117,7 +116,7 @@ def main() -> None:
         timings.append(measure_in_child(__file__, precision, *extra, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup)))
     rows = [] if args.skip_accuracy else accuracy_runs(args.work, args.accuracy_steps, args.accuracy_precision)
     title = "Speed against the DPR reference code (timing only)" if args.skip_accuracy else "Speed and accuracy against the DPR reference code"
-    text = f"# {title}\n\n" + f"Command: `python benchmarks/speed/run.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps; 2 CPU cores).\n\n" + table(timings, rows, args)
+    text = f"# {title}\n\n" + f"Command: `{command_line(__file__)}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps; 2 CPU cores).\n\n" + table(timings, rows, args)
     args.out.write_text(text)
     print(text)
 

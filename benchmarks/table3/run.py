@@ -18,15 +18,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, SQUAD  # noqa: E402
+from common import BASE_TRAIN, ROOT, prepare_squad, prepare_squad_with_bm25  # noqa: E402
 
 from taser.cli import setup_logging  # noqa: E402
-from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json  # noqa: E402
-from taser.data.squad import convert_squad  # noqa: E402
 from taser.io import atomic_open  # noqa: E402
 from taser.pipeline.evaluate import evaluate_bm25  # noqa: E402
 from taser.pipeline.experiment import Row, markdown_table, train_and_evaluate  # noqa: E402
-from taser.pipeline.mine import mine_negatives  # noqa: E402
 
 log = logging.getLogger("benchmark.table3")
 
@@ -54,34 +51,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--limit-train", type=int, default=None, help="use only the first N training questions (smoke runs)")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "benchmarks" / "table3")
     p.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results.md")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.warmup is None:
+        args.warmup = max(1, args.steps // 10)
+    return args
 
 
 def prepare(args, times: dict) -> tuple[dict, Row]:
     """The SQuAD protocol's data with BM25 hard negatives (mined once, reused), and BM25's row."""
     data_dir = args.work / "data"
     t = time.perf_counter()
-    if not (data_dir / "summary.json").is_file():
-        convert_squad(SQUAD, data_dir)
-    train = data_dir / "train.json"
-    if args.limit_train:
-        train = data_dir / f"train.first{args.limit_train}.json"
-        source = BiEncoderJsonFile(data_dir / "train.json")
-        write_biencoder_json(train, (source[i] for i in range(min(args.limit_train, len(source)))))
+    prepare_squad(args.work, args.limit_train)
     times["prepare data"] = time.perf_counter() - t
-    bm25 = {"backend": args.bm25_backend, "index_dir": str(args.work / f"bm25-{args.bm25_backend}")}
+    index_dir = args.work / f"bm25-{args.bm25_backend}"  # shared by the evaluation and the mining
+    bm25 = {"backend": args.bm25_backend, "index_dir": str(index_dir)}
     t = time.perf_counter()
     results = evaluate_bm25(data_dir / "dev.qa.tsv", data_dir / "passages.tsv", args.work / "bm25-eval", bm25=bm25)
     times["BM25: index + evaluate"] = time.perf_counter() - t
     engine = "Lucene" if args.bm25_backend == "pyserini" else "bm25s"
     row = Row(f"BM25 ({engine}, k1=0.9, b=0.4)", results["top_k"])
-    mined = train.with_name(train.name.replace(".json", f".bm25-{args.bm25_backend}.json"))
     t = time.perf_counter()
-    if not mined.is_file() or mined.stat().st_mtime < train.stat().st_mtime:
-        mine_negatives(train, data_dir / "passages.tsv", mined, retriever="bm25", top_n=100, num_hard_negatives=30, bm25=bm25, progress=False)
+    # data/train[.firstN].bm25-<backend>.json, mined again only when missing or older than its training file
+    data = prepare_squad_with_bm25(args.work, backend=args.bm25_backend, index_dir=index_dir, limit_train=args.limit_train, tag=f"bm25-{args.bm25_backend}")
     times["BM25: mine hard negatives"] = time.perf_counter() - t
     # no dev_file: the per-run validation would spend the budget on numbers this table does not show
-    data = {"passages": str(data_dir / "passages.tsv"), "qa_file": str(data_dir / "dev.qa.tsv"), "train_files": [str(mined)], "match": "string"}
+    del data["dev_file"]
     return data, row
 
 
@@ -95,10 +89,9 @@ def model_config(args) -> dict:
 
 def train_config(args, in_batch: bool, hard_negatives: int) -> dict:
     return {
-        "batch_size": args.batch, "hard_negatives": hard_negatives, "other_negatives": 0, "in_batch": in_batch,
-        "learning_rate": args.lr, "warmup_steps": args.warmup if args.warmup is not None else max(1, args.steps // 10),
-        "max_steps": args.steps, "grad_clip": 2.0, "precision": args.precision, "seed": args.seed,
-        "log_every": 10, "save_every": 0, "val_max_questions": 0, "progress": False,
+        **BASE_TRAIN, "batch_size": args.batch, "hard_negatives": hard_negatives, "other_negatives": 0, "in_batch": in_batch,
+        "learning_rate": args.lr, "warmup_steps": args.warmup, "max_steps": args.steps, "grad_clip": 2.0,
+        "precision": args.precision, "seed": args.seed, "log_every": 10,
     }
 
 
@@ -107,7 +100,7 @@ def report(args, rows: list[Row], times: dict, total: float) -> str:
         "# DPR Table 3 ablation on the SQuAD benchmark (shipped data)\n",
         f"Model `dpr` from `{args.model}` (pooling and normalisation: the checkpoint's own), precision {args.precision}, "
         f"max length {args.max_length}; every configuration: {args.steps} steps of {args.batch} questions, lr {args.lr:g}, "
-        f"warm-up {train_config(args, True, 0)['warmup_steps']}, grad clip 2.0, seed {args.seed}. BM25 hard negatives: "
+        f"warm-up {args.warmup}, grad clip 2.0, seed {args.seed}. BM25 hard negatives: "
         f"top-100 of BM25 ({args.bm25_backend}, k1 0.9, b 0.4) without an answer, mined once; each step draws "
         f"the configured number per question at random from a question's 30. 1-of-N: each question scores only "
         f"its own positive and hard negative(s), no in-batch negatives.\n",

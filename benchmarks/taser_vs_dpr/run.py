@@ -15,15 +15,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import ROOT, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, ROOT, command_line, prepare_squad_with_bm25  # noqa: E402
 
 TASER = {"specialize_every": 2, "specialize": "ffn", "routing": "deterministic", "num_experts": 2}
-MODELS = {
-    "shared": {"model_type": "shared"},
-    "dpr": {"model_type": "dpr"},
-    "taser (T=2, deterministic)": {"model_type": "taser", "taser": TASER},
-    "taser (T=2, learned sequence routing)": {"model_type": "taser", "taser": {**TASER, "routing": "learned_sequence", "load_balance_weight": 0.01}},
-}
+# (row name, directory under --work, model settings)
+MODELS = [
+    ("shared", "shared", {"model_type": "shared"}),
+    ("dpr", "dpr", {"model_type": "dpr"}),
+    ("taser (T=2, deterministic)", "taser", {"model_type": "taser", "taser": TASER}),
+    ("taser (T=2, learned sequence routing)", "taser-seq", {"model_type": "taser", "taser": {**TASER, "routing": "learned_sequence", "load_balance_weight": 0.01}}),
+]
 
 
 def main() -> None:
@@ -41,16 +42,16 @@ def main() -> None:
     start = time.perf_counter()
     data = prepare_squad_with_bm25(args.work)
     base = {"pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
-    train = {"batch_size": args.batch, "hard_negatives": 1, "learning_rate": args.lr, "warmup_steps": max(1, args.steps // 10), "max_steps": args.steps,
-             "grad_clip": 1.0, "seed": 12345, "precision": args.train_precision, "save_every": 0, "val_max_questions": 0, "progress": False}
+    train = {**BASE_TRAIN, "batch_size": args.batch, "learning_rate": args.lr, "warmup_steps": max(1, args.steps // 10), "max_steps": args.steps,
+             "precision": args.train_precision}
     rows = [evaluate_checkpoint("zero-shot (MiniLM)", save_initial({**base, "model_type": "shared"}, args.work / "zero-shot"), data, args.work / "zero-shot", precision=args.eval_precision)]
-    for name, model in MODELS.items():
-        rows.append(train_and_evaluate(name, {**base, **model}, train, data, args.work / (name.split()[0] + ("-seq" if "learned" in name else "")), eval_precision=args.eval_precision))
+    for name, slug, model in MODELS:
+        rows.append(train_and_evaluate(name, {**base, **model}, train, data, args.work / slug, eval_precision=args.eval_precision))
         print(markdown_table(rows), flush=True)
     total = time.perf_counter() - start
     text = (
         "# DPR vs TASER on the SQuAD benchmark (shipped data, all-MiniLM-L6-v2, 2 CPU cores)\n\n"
-        f"Command: `python benchmarks/taser_vs_dpr/run.py --steps {args.steps} --batch {args.batch}`\n\n"
+        f"Command: `{command_line(__file__)}`\n\n"
         f"Budget: {args.steps} steps of {args.batch} questions, each with its positive and 1 BM25 hard negative (in-batch negatives), "
         f"lr {args.lr}, seed 12345, training in {args.train_precision}, encoding in {args.eval_precision}; mean pooling, normalised (MiniLM's own). "
         f"Whole run: {total / 60:.1f} min. Evaluation: 1,971 questions of the last 10 articles over 2,141 passages.\n\n"

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from taser.data.errors import DataFormatError
-from taser.data.passages import HEADER, Passage
+from taser.data.passages import Passage, check_header, row_to_passage
 from taser.io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -36,18 +36,6 @@ _CHUNK = 1 << 20  # ids gathered in Python lists at most this many at a time
 def _stamp(path: Path) -> np.ndarray:
     st = path.stat()
     return np.array([str(path.resolve()), str(st.st_size), str(st.st_mtime_ns), str(CACHE_FORMAT)])
-
-
-def _check_row(row: list[str], path, line: int) -> Passage:
-    """The passage of a data row, with `read_passages`'s checks."""
-    if len(row) < 2:
-        raise DataFormatError(path, f"line {line}", f"expected 3 tab-separated fields, got {len(row)}")
-    pid, text = row[0].strip(), row[1]
-    if not pid:
-        raise DataFormatError(path, f"line {line}", "empty passage id")
-    if not text.strip():
-        raise DataFormatError(path, f"line {line}", f"passage {pid!r} has empty text")
-    return Passage(pid, text, row[2] if len(row) > 2 else "")
 
 
 def _scan(path: Path) -> Iterator[tuple[int, int, Passage]]:
@@ -62,15 +50,11 @@ def _scan(path: Path) -> Iterator[tuple[int, int, Passage]]:
                 yield raw.decode("utf-8")
 
         reader = csv.reader(lines(), delimiter="\t")
-        header = next(reader, None)
-        if header is None:
-            raise DataFormatError(path, "line 1", "empty file; expected the header id<TAB>text<TAB>title")
-        if [h.strip().lower() for h in header[:3]] != HEADER:
-            raise DataFormatError(path, "line 1", f"expected the header id<TAB>text<TAB>title, got {header!r}")
+        check_header(next(reader, None), path)
         start = pos
         for row in reader:
             if row:
-                yield start, pos - start, _check_row(row, path, reader.line_num)
+                yield start, pos - start, row_to_passage(row, path, reader.line_num)
             start = pos
 
 

@@ -24,30 +24,36 @@ class Passage:
     title: str = ""
 
 
+def check_header(header: list[str] | None, path) -> None:
+    """DataFormatError unless `header` (the first row, None for an empty file) is id<TAB>text<TAB>title."""
+    if header is None:
+        raise DataFormatError(path, "line 1", "empty file; expected the header id<TAB>text<TAB>title")
+    if [h.strip().lower() for h in header[:3]] != HEADER:
+        raise DataFormatError(path, "line 1", f"expected the header id<TAB>text<TAB>title, got {header!r}")
+
+
+def row_to_passage(row: list[str], path, line: int) -> Passage:
+    """The passage of a non-empty data row (line `line` of `path`), after checking it."""
+    if len(row) < 2:
+        raise DataFormatError(path, f"line {line}", f"expected 3 tab-separated fields, got {len(row)}")
+    pid, text = row[0].strip(), row[1]
+    if not pid:
+        raise DataFormatError(path, f"line {line}", "empty passage id")
+    if not text.strip():
+        raise DataFormatError(path, f"line {line}", f"passage {pid!r} has empty text")
+    return Passage(pid, text, row[2] if len(row) > 2 else "")
+
+
 def read_passages(path: str | os.PathLike) -> Iterator[Passage]:
     """Stream the passages of a DPR passages TSV, checking every row."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"passages file not found: {path}")
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f, delimiter="\t")
-        header = next(reader, None)
-        if header is None:
-            raise DataFormatError(path, "line 1", "empty file; expected the header id<TAB>text<TAB>title")
-        if [h.strip().lower() for h in header[:3]] != HEADER:
-            raise DataFormatError(path, "line 1", f"expected the header id<TAB>text<TAB>title, got {header!r}")
+        check_header(next(reader, None), path)
         for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) < 2:
-                raise DataFormatError(path, f"line {line}", f"expected 3 tab-separated fields, got {len(row)}")
-            pid, text = row[0].strip(), row[1]
-            title = row[2] if len(row) > 2 else ""
-            if not pid:
-                raise DataFormatError(path, f"line {line}", "empty passage id")
-            if not text.strip():
-                raise DataFormatError(path, f"line {line}", f"passage {pid!r} has empty text")
-            yield Passage(pid, text, title)
+            if row:
+                yield row_to_passage(row, path, reader.line_num)
 
 
 def write_passages(path: str | os.PathLike, passages: Iterable[Passage]) -> int:

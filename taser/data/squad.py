@@ -19,7 +19,7 @@ from taser.data.biencoder_json import write_biencoder_json
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, write_passages
 from taser.data.qa import QAPair, write_qa
-from taser.data.splitter import split_words
+from taser.data.splitter import split_word_list
 from taser.io import atomic_open
 
 _WORD = re.compile(r"\S+")
@@ -82,7 +82,7 @@ def load_squad(path: str | os.PathLike, words_per_passage: int = 100) -> tuple[l
                 located.append((qa["question"].strip(), answers, bounds))
         first = len(corpus)
         entry = SquadArticle(title)
-        for block in split_words(" ".join(words), words_per_passage):  # words hold no whitespace
+        for block in split_word_list(words, words_per_passage):
             entry.passage_ids.append(len(corpus))
             corpus.append(Passage(str(len(corpus) + 1), block.text, title))
         for question, answers, bounds in located:

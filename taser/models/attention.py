@@ -8,8 +8,10 @@ settings that is most of the gap between attention dropout 0.1 and 0 (1.3 GB of 
 
 `ChunkedDropoutAttention` computes the same function a few sequences at a time, so the L x L
 temporaries stay small and in cache, and keeps for backward only q, k, v, the softmax
-log-normaliser and the dropout mask as bools; backward recomputes the probabilities. Matrix
-products run in the inputs' dtype (bf16 under autocast), the softmax and its gradient in fp32.
+log-normaliser, the dropout mask as bools and the attention mask as given (the (B, 1, L, L)
+bools of `sdpa_mask`, applied to each chunk's scores, never expanded to a float bias); backward
+recomputes the probabilities. Matrix products run in the inputs' dtype (bf16 under autocast),
+the softmax and its gradient in fp32.
 
 The implementation registered as `taser_sdpa` (the default of every taser encoder) is SDPA
 itself, except on CPU with attention dropout, where it uses `ChunkedDropoutAttention`. The
@@ -37,20 +39,25 @@ def _rows_per_chunk(q: torch.Tensor, k: torch.Tensor) -> int:
     return max(1, CHUNK_ELEMENTS // per_row)
 
 
-def _additive_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """A boolean keep-mask (True = attend) or an additive float mask, as an additive bias."""
+def _mask_scores(scores: torch.Tensor, mask: torch.Tensor | None, rows: slice) -> torch.Tensor:
+    """Mask a chunk's scores in place: a boolean keep-mask (True = attend) or an additive float mask.
+
+    A mask with batch dimension 1 is shared by every sequence, so it is not indexed by `rows`."""
     if mask is None:
-        return None
+        return scores
+    chunk = mask[rows] if mask.shape[0] > 1 else mask
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
-    return mask.to(dtype)
+        return scores.masked_fill_(~chunk, float("-inf"))
+    return scores.add_(chunk)
 
 
 class ChunkedDropoutAttention(torch.autograd.Function):
-    """softmax(q k^T * scale + bias) with dropout p, times v; q, k, v are (B, H, L, D)."""
+    """softmax(q k^T * scale, masked) with dropout p, times v; q, k, v are (B, H, L, D).
+
+    `mask`: None, a boolean keep-mask, or an additive float mask in the softmax's dtype."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, p: float, scale: float):
+    def forward(ctx, q, k, v, mask, p: float, scale: float):
         acc = torch.promote_types(q.dtype, torch.float32)
         drop_threshold = round(p * DROPOUT_RESOLUTION)
         keep_scale = 1.0 / (1.0 - p)
@@ -61,9 +68,7 @@ class ChunkedDropoutAttention(torch.autograd.Function):
         with torch.autocast(q.device.type, enabled=False):
             for b0 in range(0, q.shape[0], step):
                 rows = slice(b0, b0 + step)
-                scores = torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(acc).mul_(scale)
-                if bias is not None:
-                    scores.add_(bias[rows])
+                scores = _mask_scores(torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(acc).mul_(scale), mask, rows)
                 # A fully masked row has lse -inf; 0 instead makes its probabilities exp(-inf) = 0.
                 log_norm = torch.logsumexp(scores, -1, keepdim=True).nan_to_num_(neginf=0.0)
                 lse[rows] = log_norm.squeeze(-1)
@@ -73,13 +78,13 @@ class ChunkedDropoutAttention(torch.autograd.Function):
                     keep[rows] = chunk_keep = random >= drop_threshold
                     probs.mul_(chunk_keep).mul_(keep_scale)
                 out[rows] = torch.matmul(probs.to(q.dtype), v[rows])
-        ctx.save_for_backward(q, k, v, bias, lse, keep)
+        ctx.save_for_backward(q, k, v, mask, lse, keep)
         ctx.scale, ctx.keep_scale = scale, keep_scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, bias, lse, keep = ctx.saved_tensors
+        q, k, v, mask, lse, keep = ctx.saved_tensors
         scale, keep_scale = ctx.scale, ctx.keep_scale
         grad_out = grad_out.to(q.dtype)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -87,9 +92,7 @@ class ChunkedDropoutAttention(torch.autograd.Function):
         with torch.autocast(q.device.type, enabled=False):
             for b0 in range(0, q.shape[0], step):
                 rows = slice(b0, b0 + step)
-                scores = torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(lse.dtype).mul_(scale)
-                if bias is not None:
-                    scores.add_(bias[rows])
+                scores = _mask_scores(torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(lse.dtype).mul_(scale), mask, rows)
                 probs = scores.sub_(lse[rows].unsqueeze(-1)).exp_()
                 grad_dropped = torch.matmul(grad_out[rows], v[rows].transpose(-1, -2)).to(lse.dtype)
                 if keep is not None:
@@ -110,14 +113,15 @@ class ChunkedDropoutAttention(torch.autograd.Function):
 def chunked_dropout_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: float, scale: float | None = None
 ) -> torch.Tensor:
-    """Attention of (B, H, L, D) inputs with a (B, 1|H, Lq, Lk) boolean or additive mask; (B, H, Lq, D) out."""
+    """Attention of (B, H, L, D) inputs with a (B|1, 1|H, Lq, Lk) boolean or additive mask; (B, H, Lq, D) out."""
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"attention dropout must be in [0, 1), got {dropout}")
     if k.shape[1] != q.shape[1]:
         raise ValueError("chunked attention needs as many key/value heads as query heads")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    bias = _additive_bias(mask, torch.promote_types(q.dtype, torch.float32))
-    return ChunkedDropoutAttention.apply(q, k, v, bias, float(dropout), float(scale))
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.to(torch.promote_types(q.dtype, torch.float32))  # added to the fp32 scores
+    return ChunkedDropoutAttention.apply(q, k, v, mask, float(dropout), float(scale))
 
 
 def taser_sdpa_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):

@@ -153,11 +153,14 @@ class BiEncoder(nn.Module):
         config, raw = read_checkpoint_config(directory)
         if expected_type is not None and config.model_type != expected_type:
             raise ValueError(f"{directory} holds a '{config.model_type}' model, but model_type '{expected_type}' was asked for")
+        weights = directory / "model.safetensors"
+        if not weights.is_file():
+            raise FileNotFoundError(f"checkpoint {directory} has a config.json but no model.safetensors")
         enc_config = AutoConfig.for_model(**raw)
         q = _load_encoder(enc_config, attention)
         p = _load_encoder(enc_config, attention) if config.model_type == "dpr" else None
         model = cls(config, q, p)
-        state = load_file(str(directory / "model.safetensors"))
+        state = load_file(str(weights))
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{directory}/model.safetensors does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
@@ -185,9 +188,15 @@ def load_tokenizer(source: str | os.PathLike):
 
 
 def load_biencoder(checkpoint_or_pretrained: str, model_type: str = "dpr", **kwargs) -> BiEncoder:
-    """A taser checkpoint directory if it is one, else a fresh bi-encoder from pretrained weights."""
+    """A taser checkpoint directory if it is one, else a fresh bi-encoder from pretrained weights.
+
+    `kwargs` go to `BiEncoder.from_pretrained`; of them, a checkpoint takes only `attention`
+    (its pooling and other settings are its own).
+    """
     try:
-        return BiEncoder.load(checkpoint_or_pretrained, expected_type=model_type)
+        read_checkpoint_config(checkpoint_or_pretrained)
     except (FileNotFoundError, NotACheckpointError):
-        pass  # a hub name, or a plain encoder directory (from_pretrained checks the path)
-    return BiEncoder.from_pretrained(checkpoint_or_pretrained, model_type=model_type, **kwargs)
+        # a hub name, or a plain encoder directory (from_pretrained checks the path)
+        return BiEncoder.from_pretrained(checkpoint_or_pretrained, model_type=model_type, **kwargs)
+    load_kwargs = {"attention": kwargs["attention"]} if "attention" in kwargs else {}
+    return BiEncoder.load(checkpoint_or_pretrained, expected_type=model_type, **load_kwargs)

@@ -41,7 +41,7 @@ def dispatch(routing: Routing, num_experts: int, run: Callable[[int, torch.Tenso
     if routing.gate is not None:
         gate = routing.gate.index_select(0, order).to(y.dtype)
         y = y * gate.view(-1, *([1] * (y.dim() - 1)))
-    return y.new_empty(y.shape).index_copy(0, order, y)
+    return torch.empty_like(y).index_copy_(0, order, y)
 
 
 class FFNExpert(nn.Module):
@@ -98,12 +98,6 @@ class MixtureOfExperts(nn.Module):
                 "taser.models.taser_encoder.input_type(encoder, 'question' | 'passage')"
             )
         return SIDE_EXPERT[side]
-
-    def experts_used_by(self, side: str) -> list[int]:
-        """Experts an input of type `side` can reach (all of them under learned routing)."""
-        if self.routing == "deterministic":
-            return [SIDE_EXPERT[side]]
-        return list(range(self.num_experts))
 
     def route(self, units: torch.Tensor, mask: torch.Tensor | None = None) -> Routing:
         routing = self.gate()(units)

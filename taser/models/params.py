@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
+from taser.models.routers import SIDE_EXPERT
 from taser.models.taser_encoder import moe_modules
 
 if TYPE_CHECKING:
@@ -29,11 +30,9 @@ def _idle_expert_params(model: "BiEncoder", side: str) -> int:
     idle = 0
     for moe in moe_modules(model.question_encoder):
         sizes = [count(expert) for expert in moe.experts]
-        if moe.routing == "deterministic":
-            used = set(moe.experts_used_by(side))
-            idle += sum(size for e, size in enumerate(sizes) if e not in used)
-        else:
-            idle += sum(sizes) - max(sizes)
+        # deterministic routing: `side` runs its own expert; learned: one expert per unit (at most the largest)
+        used = sizes[SIDE_EXPERT[side]] if moe.routing == "deterministic" else max(sizes)
+        idle += sum(sizes) - used
     return idle
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from taser.data.passages import read_passages
-from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.retrieval.embeddings import save_shard, shard_path
-from taser.retrieval.encoder import encode_passages, pick_device
+from taser.retrieval.encoder import encode_passages, load_encoder_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +35,7 @@ def encode_corpus(
     """
     if not 0 <= shard_id < num_shards:
         raise ValueError(f"shard_id must be in 0..{num_shards - 1}, got {shard_id}")
-    model = BiEncoder.load(checkpoint).to(pick_device(device))
-    tokenizer = load_tokenizer(checkpoint)
+    model, tokenizer = load_encoder_checkpoint(checkpoint, device)
     mine = (p for i, p in enumerate(read_passages(passages_tsv)) if i % num_shards == shard_id)
     vectors, ids, start = [], [], time.perf_counter()
     while chunk := list(itertools.islice(mine, chunk_size)):

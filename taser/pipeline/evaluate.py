@@ -10,38 +10,24 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from taser.data.qa import read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, fuse_many
 
-if TYPE_CHECKING:
-    from taser.retrieval.faiss_index import PassageIndex
-
 # torch, transformers and faiss are imported only by the dense paths: BM25 alone starts fast.
 
 log = logging.getLogger(__name__)
 
 
-def dense_retrieve(model, tokenizer, index: PassageIndex, questions: list[str], k: int, batch_size: int = 128, precision: str = "fp32"):
-    from taser.retrieval.encoder import encode_questions
-
-    vectors = encode_questions(model, tokenizer, questions, batch_size=batch_size, precision=precision)
-    scores, ids = index.search(vectors, k)
-    return [list(zip(row_ids, map(float, row_scores))) for row_ids, row_scores in zip(ids, scores)]
-
-
 def _dense_results(checkpoint, index_dir, questions: list[str], k: int, batch_size: int, precision: str, device: str) -> tuple[list, dict, float]:
     """(results, meta, seconds) of a checkpoint's dense retrieval."""
-    from taser.models.biencoder import BiEncoder, load_tokenizer
     from taser.models.params import parameter_report
-    from taser.retrieval.encoder import pick_device
+    from taser.retrieval.encoder import dense_retrieve, load_encoder_checkpoint
     from taser.retrieval.faiss_index import PassageIndex
 
-    model = BiEncoder.load(checkpoint).to(pick_device(device))
-    tokenizer = load_tokenizer(checkpoint)
+    model, tokenizer = load_encoder_checkpoint(checkpoint, device)
     index = PassageIndex.load(index_dir)
     start = time.perf_counter()
     retrieved = dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision)
@@ -53,6 +39,10 @@ def _dense_results(checkpoint, index_dir, questions: list[str], k: int, batch_si
         "parameters": parameter_report(model)["total"],
     }
     return retrieved, meta, seconds
+
+
+def _questions_per_s(questions: int, seconds: float) -> float:
+    return round(questions / max(seconds, 1e-9), 2)
 
 
 def _bm25_results(passages_tsv, questions: list[str], k: int, bm25, default_dir) -> tuple[list, dict, float]:
@@ -82,7 +72,7 @@ def evaluate_dense(
 ) -> dict:
     qa = list(read_qa(qa_file))
     retrieved, meta, seconds = _dense_results(checkpoint, index_dir, [q.question for q in qa], k, batch_size, precision, device)
-    meta = {"retriever": "dense", **meta, "questions_per_s": round(len(qa) / seconds, 2)}
+    meta = {"retriever": "dense", **meta, "questions_per_s": _questions_per_s(len(qa), seconds)}
     results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=meta)
     log.info("%s: %s", qa_file, results["summary"])
     return results
@@ -99,7 +89,7 @@ def evaluate_bm25(
     """BM25's top-k accuracy. `bm25`: backend, k1, b, index_dir (default `<out_dir>/bm25-index`), threads."""
     qa = list(read_qa(qa_file))
     retrieved, meta, seconds = _bm25_results(passages_tsv, [q.question for q in qa], k, bm25, Path(out_dir) / "bm25-index")
-    meta = {"retriever": "bm25", "bm25": meta, "questions_per_s": round(len(qa) / max(seconds, 1e-9), 2)}
+    meta = {"retriever": "bm25", "bm25": meta, "questions_per_s": _questions_per_s(len(qa), seconds)}
     results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=meta)
     log.info("%s (BM25 %s): %s", qa_file, meta["bm25"]["backend"], results["summary"])
     return results
@@ -135,7 +125,7 @@ def evaluate_hybrid(
     fused = fuse_many(sparse, dense, lam, rule, k)
     seconds = dense_seconds + bm25_seconds + time.perf_counter() - start
     meta = {"retriever": "hybrid", "rule": rule, "lambda": lam, "candidates": n, **dense_meta, "bm25": bm25_meta,
-            "questions_per_s": round(len(qa) / max(seconds, 1e-9), 2)}
+            "questions_per_s": _questions_per_s(len(qa), seconds)}
     results = evaluate_retrieval(qa, fused, passages_tsv, out_dir, match, meta=meta)
     log.info("%s (hybrid, %s, λ=%g): %s", qa_file, rule, lam, results["summary"])
     return results

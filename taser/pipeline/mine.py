@@ -47,8 +47,9 @@ def mine_negatives(
     """
     if retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever {retriever!r} for mining; choose one of {', '.join(RETRIEVERS)}")
-    store = PassageStore(passages_tsv, cache=offsets_cache)
-    try:
+    if retriever == "dense" and (not checkpoint or not index):
+        raise ValueError("retriever=dense needs a checkpoint and its passage index")
+    with PassageStore(passages_tsv, cache=offsets_cache) as store:
         if retriever == "bm25":
             settings = BM25Settings.from_dict(bm25)
             bm25_index = settings.open(passages_tsv, Path(output_path).parent / f"bm25-{settings.backend}")
@@ -59,16 +60,11 @@ def mine_negatives(
                 )
             finally:
                 bm25_index.close()
-        if not checkpoint or not index:
-            raise ValueError("retriever=dense needs a checkpoint and its passage index")
-        from taser.models.biencoder import BiEncoder, load_tokenizer
-        from taser.retrieval.encoder import pick_device
+        from taser.retrieval.encoder import load_encoder_checkpoint
         from taser.retrieval.faiss_index import PassageIndex
 
-        model = BiEncoder.load(checkpoint).to(pick_device(device))
-        search = dense_searcher(model, load_tokenizer(checkpoint), PassageIndex.load(index), batch_size, precision)
+        model, tokenizer = load_encoder_checkpoint(checkpoint, device)
+        search = dense_searcher(model, tokenizer, PassageIndex.load(index), batch_size, precision)
         meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index)}
         return mine_hard_negatives(input_path, output_path, search, store, top_n, num_hard_negatives, match,
                                    block_size, progress, meta=meta)
-    finally:
-        store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -13,6 +13,9 @@ from tqdm.auto import tqdm
 from taser.models.inputs import passage_string
 from taser.training.precision import autocast
 
+if TYPE_CHECKING:
+    from taser.retrieval.faiss_index import PassageIndex
+
 log = logging.getLogger(__name__)
 
 
@@ -20,6 +23,13 @@ def pick_device(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def load_encoder_checkpoint(checkpoint, device: str = "auto"):
+    """(model, tokenizer) of a taser checkpoint, on `device`, for encoding."""
+    from taser.models.biencoder import BiEncoder, load_tokenizer
+
+    return BiEncoder.load(checkpoint).to(pick_device(device)), load_tokenizer(checkpoint)
 
 
 @torch.no_grad()
@@ -76,3 +86,11 @@ def encode_passages(model, tokenizer, passages, **kwargs) -> np.ndarray:
 
 def encode_questions(model, tokenizer, questions: Sequence[str], **kwargs) -> np.ndarray:
     return encode_texts(model, tokenizer, questions, "question", **kwargs)
+
+
+def dense_retrieve(model, tokenizer, index: PassageIndex, questions: Sequence[str], k: int, batch_size: int = 128,
+                   precision: str = "fp32") -> list[list[tuple[str, float]]]:
+    """Per question, the top-`k` (passage id, score) pairs of `index`, best first."""
+    vectors = encode_questions(model, tokenizer, list(questions), batch_size=batch_size, precision=precision)
+    scores, ids = index.search(vectors, k)
+    return [list(zip(row_ids, map(float, row_scores))) for row_ids, row_scores in zip(ids, scores)]

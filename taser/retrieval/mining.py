@@ -51,14 +51,9 @@ def bm25_searcher(index, threads: int | None = None) -> Searcher:
 
 def dense_searcher(model, tokenizer, index, batch_size: int = 128, precision: str = "fp32") -> Searcher:
     """Batched dense search: encode questions with `model`, search a `PassageIndex`."""
-    from taser.retrieval.encoder import encode_questions
+    from taser.retrieval.encoder import dense_retrieve
 
-    def search(questions: Sequence[str], k: int) -> list[list[Hit]]:
-        vectors = encode_questions(model, tokenizer, list(questions), batch_size=batch_size, precision=precision)
-        scores, ids = index.search(vectors, k)
-        return [list(zip(row_ids, map(float, row_scores))) for row_ids, row_scores in zip(ids, scores)]
-
-    return search
+    return lambda questions, k: dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision)
 
 
 def _ctx(p: Passage, score: float) -> dict:
@@ -86,21 +81,29 @@ def mine_record(record: dict, ranked: Sequence[Hit], passages: Mapping[str, Pass
     answers = record.get("answers") or []
     positives = list(record.get("positive_ctxs") or [])
     out = dict(record)
-    if not positives:
-        for pid, score in ranked:
-            if has_answer(answers, passages[pid].text, match):
-                positives = [_ctx(passages[pid], score)]
-                out["positive_ctxs"] = positives
-                break
-        else:
-            return None
-    negatives = []
+    # One walk down the ranking. Hard negatives are the first `num_hard_negatives` passages
+    # that hold no answer and are not a positive. A distant positive (the first passage holding
+    # an answer) is only known once reached, so until then every answer-free passage is kept
+    # as a candidate and checked against it when it is found.
+    candidates: list[tuple[str, Passage, float]] = []  # answer-free, not a positive, best first
+    answer_of: dict[str, bool] = {}  # has_answer per passage id: computed at most once
     for pid, score in ranked:
-        if len(negatives) >= num_hard_negatives:
+        if positives and len(candidates) >= num_hard_negatives:
             break
         p = passages[pid]
-        if not _is_positive(pid, p.text, positives) and not has_answer(answers, p.text, match):
-            negatives.append(_ctx(p, score))
+        if positives and _is_positive(pid, p.text, positives):
+            continue
+        if pid not in answer_of:
+            answer_of[pid] = has_answer(answers, p.text, match)
+        if not answer_of[pid]:
+            candidates.append((pid, p, score))
+        elif not positives:
+            positives = [_ctx(p, score)]
+            out["positive_ctxs"] = positives
+            candidates = [c for c in candidates if not _is_positive(c[0], c[1].text, positives)]
+    if not positives:
+        return None
+    negatives = [_ctx(p, score) for _, p, score in candidates[: max(num_hard_negatives, 0)]]
     out["hard_negative_ctxs"] = negatives
     return out
 
@@ -115,15 +118,18 @@ class MiningStats:
     fewer_than_requested: int = 0
 
 
-def read_questions(path: str | os.PathLike) -> tuple[int, Iterator[dict]]:
-    """(count, records) of a bi-encoder JSON (`.json`) or a QA TSV (anything else)."""
+def read_questions(path: str | os.PathLike) -> tuple[int | None, Iterator[dict]]:
+    """(count, records) of a bi-encoder JSON (`.json`) or a QA TSV (anything else).
+
+    The count is None for a QA TSV: it is streamed in one pass, so its length is not known
+    up front (counting would mean reading and parsing it twice).
+    """
     if str(path).endswith(".json"):
         data = BiEncoderJsonFile(path, require_positive=False)
         return len(data), iter(data)
-    count = sum(1 for _ in read_qa(path))
     records = ({"question": qa.question, "answers": qa.answers, "positive_ctxs": [], "negative_ctxs": [],
                 "hard_negative_ctxs": []} for qa in read_qa(path))
-    return count, records
+    return None, records
 
 
 def summary_path(output: str | os.PathLike) -> Path:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taser.models.config import BiEncoderConfig
+    from taser.training.loss import LossConfig
 
 
 @dataclass
@@ -40,6 +45,13 @@ class TrainConfig:
         if self.temperature != "auto":
             return float(self.temperature)
         return 0.05 if normalize or similarity == "cosine" else 1.0
+
+    def loss_config(self, model_config: "BiEncoderConfig") -> "LossConfig":
+        """The contrastive loss of a model with `model_config` (its similarity, normalisation)."""
+        from taser.training.loss import LossConfig  # imported here: keeps this module free of torch
+
+        temperature = self.resolved_temperature(model_config.normalize, model_config.similarity)
+        return LossConfig(model_config.similarity, temperature, self.in_batch)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":

@@ -22,7 +22,6 @@ from taser.retrieval.encoder import pick_device
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
 from taser.training.distributed import DistInfo, all_reduce_gradients, all_reduce_sum
-from taser.training.loss import LossConfig
 from taser.training.lr_decay import param_groups
 from taser.training.precision import grad_scaler
 from taser.training.sampler import MultiSetSchedule
@@ -117,7 +116,7 @@ class Trainer:
         optimizer = torch.optim.AdamW(param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.layer_decay), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
         scheduler = linear_schedule(optimizer, cfg.warmup_steps, self.total_steps)
         scaler = grad_scaler(cfg.precision, self.device)
-        runner = StepRunner(model, LossConfig(model.config.similarity, cfg.resolved_temperature(model.config.normalize, model.config.similarity), cfg.in_batch), cfg.precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
+        runner = StepRunner(model, cfg.loss_config(model.config), cfg.precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
         ckpt_dir = self.out / "checkpoint"
         step = 0
         if cfg.resume and has_checkpoint(ckpt_dir):
@@ -184,9 +183,10 @@ class Trainer:
                 self.on_step(step, record)
         bar.close()
         seconds = time.perf_counter() - start
+        median_step = float(np.median(step_times)) if step_times else None
         final = self.out / "final"
         if self.dist.is_main:
             model.save(final, self.tokenizer)
             with atomic_open(self.out / "train_summary.json") as f:
-                json.dump({"steps": step, "seconds": seconds, "median_step_s": float(np.median(step_times)) if step_times else None, "config": asdict(cfg), "last": history[-1] if history else {}}, f, indent=2)
-        return TrainResult(step, str(final), seconds, float(np.median(step_times)) if step_times else float("nan"), history, step_times)
+                json.dump({"steps": step, "seconds": seconds, "median_step_s": median_step, "config": asdict(cfg), "last": history[-1] if history else {}}, f, indent=2)
+        return TrainResult(step, str(final), seconds, median_step if median_step is not None else float("nan"), history, step_times)

@@ -8,7 +8,7 @@ import torch
 from taser.data.batching import collate, example_rng, make_example
 from taser.models.inputs import passage_string
 from taser.retrieval.encoder import encode_texts
-from taser.training.loss import LossConfig, contrastive_nll, similarity_scores
+from taser.training.loss import contrastive_nll, similarity_scores
 from taser.training.precision import autocast
 
 
@@ -24,7 +24,7 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     examples = [make_example(records[int(i)], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, int(i))) for i in chosen]
     was_training = model.training
     model.eval()
-    loss_config = LossConfig(model.config.similarity, cfg.resolved_temperature(model.config.normalize, model.config.similarity), cfg.in_batch)
+    loss_config = cfg.loss_config(model.config)
     nll_sum, correct = 0.0, 0
     for b in range(0, n, cfg.batch_size):
         batch = collate(examples[b : b + cfg.batch_size], tokenizer, model.config.max_question_length, model.config.max_length).to(device)
