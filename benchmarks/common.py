@@ -41,6 +41,21 @@ def command_line(script: str | os.PathLike, argv: list[str] | None = None) -> st
     return shlex.join(["python", path.as_posix(), *args])
 
 
+def machine_line(precision: str = "auto") -> str:
+    """'Machine: AMD EPYC (AVX2, no native bf16), 2 cores, torch 2.13.0+cpu; precision auto -> fp32'.
+
+    Every results.md quotes this beside its figures: speed depends on the CPU kind, and `auto`
+    resolves differently on CPUs with and without native bf16.
+    """
+    import torch
+
+    from taser.runtime import describe_hardware, resolve_precision
+
+    resolved = resolve_precision(precision)
+    shown = f"auto -> {resolved}" if precision == "auto" else resolved
+    return f"Machine: {describe_hardware()}, torch {torch.__version__}; precision {shown}."
+
+
 def peak_rss_gb() -> float:
     """This process's peak resident memory so far, in GB (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2

@@ -3,10 +3,12 @@
 import json
 
 import pytest
+import torch
 
 import taser.pipeline.experiment as experiment
 from conftest import SQUAD, tiny_model_cfg
 from taser.pipeline.demo import run_demo
+from taser.runtime import resolve_precision
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +28,10 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
         "squad_json": str(small),
         "train_articles": 2,
         "out_dir": str(tmp_path / "demo"),
-        "precision": "fp32",
+        "precision": "auto",
         "model": tiny_model_cfg(tiny_pretrained, "dpr"),
         "bm25": {"enabled": True, "backend": "bm25s", "k1": 0.9, "b": 0.4, "hybrid_lambda": 1.1},
-        "train": {"batch_size": 4, "hard_negatives": 1, "learning_rate": 1e-4, "max_steps": 2, "warmup_steps": 1, "precision": "fp32", "save_every": 0, "val_max_questions": 8, "progress": False},
+        "train": {"batch_size": 4, "hard_negatives": 1, "learning_rate": 1e-4, "max_steps": 2, "warmup_steps": 1, "precision": "auto", "save_every": 0, "val_max_questions": 8, "progress": False},
     }
     text = run_demo(cfg)
     assert (tmp_path / "demo" / "results.md").read_text() == text
@@ -38,6 +40,9 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
         top_k = [float(cell) for cell in rows[row].split("|")[2:6]]
         assert all(0 <= v <= 100 for v in top_k) and top_k == sorted(top_k), row
     assert "1 BM25 hard negative(s)" in text and "cls pooling, dot similarity" in text
+    resolved = resolve_precision("auto")
+    assert f"({torch.backends.cpu.get_cpu_capability()}," in text  # the CPU kind beside the figures
+    assert f"training in {resolved} (precision=auto), encoding in {resolved} (precision=auto)" in text
     mined = json.loads((tmp_path / "demo" / "data" / "train.bm25.json").read_text())
     assert all(r["hard_negative_ctxs"] for r in mined)
     assert trained_on == [str(tmp_path / "demo" / "data" / "train.bm25.json")]  # training read the mined negatives

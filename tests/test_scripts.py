@@ -54,6 +54,9 @@ def test_prepare_train_encode_index_evaluate(tmp_path, tiny_pretrained, model):
     assert results["questions"] == len((data / "dev.qa.tsv").read_text().splitlines())
     assert set(results["top_k"]) == {"1", "5", "20", "100"} and results["parameters"] > 0
     assert results["model_type"] == model
+    assert results["precision_requested"] == "auto" and results["precision"] in ("fp32", "bf16")  # resolved from the hardware
+    assert results["hardware"]["cpu_capability"]
+    assert json.loads((train_dir / "train_summary.json").read_text())["runtime"]["precision"] == results["precision"]
     retrieved = json.loads((tmp_path / "eval" / "retrieval.json").read_text())
     assert len(retrieved) == results["questions"]
     assert {"id", "title", "text", "score", "has_answer"} <= set(retrieved[0]["ctxs"][0])

@@ -4,7 +4,7 @@
     python benchmarks/table3/run.py --steps 150 --batch 32
 
 Prepares the data, mines BM25 hard negatives once, then trains `model=dpr` (the shipped
-MiniLM, bf16) once per configuration with the same steps, batch, learning rate and seed, and
+MiniLM, precision auto) once per configuration with the same steps, batch, learning rate and seed, and
 evaluates each on the evaluation questions. Writes `benchmarks/table3/results.md`.
 """
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import BASE_TRAIN, ROOT, prepare_squad, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, ROOT, machine_line, prepare_squad, prepare_squad_with_bm25  # noqa: E402
 
 from taser.cli import setup_logging  # noqa: E402
 from taser.io import atomic_open  # noqa: E402
@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: 10%% of --steps)")
-    p.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"], help="auto: from the hardware (taser.runtime)")
     p.add_argument("--model", default="shipped:all-MiniLM-L6-v2", help="pretrained encoder (path or shipped:...)")
     p.add_argument("--max-length", type=int, default=256, help="max passage (and question) tokens")
     p.add_argument("--bm25-backend", default="pyserini", choices=["pyserini", "bm25s"])
@@ -98,7 +98,8 @@ def train_config(args, in_batch: bool, hard_negatives: int) -> dict:
 def report(args, rows: list[Row], times: dict, total: float) -> str:
     lines = [
         "# DPR Table 3 ablation on the SQuAD benchmark (shipped data)\n",
-        f"Model `dpr` from `{args.model}` (pooling and normalisation: the checkpoint's own), precision {args.precision}, "
+        machine_line(args.precision) + "\n",
+        f"Model `dpr` from `{args.model}` (pooling and normalisation: the checkpoint's own), "
         f"max length {args.max_length}; every configuration: {args.steps} steps of {args.batch} questions, lr {args.lr:g}, "
         f"warm-up {args.warmup}, grad clip 2.0, seed {args.seed}. BM25 hard negatives: "
         f"top-100 of BM25 ({args.bm25_backend}, k1 0.9, b 0.4) without an answer, mined once; each step draws "

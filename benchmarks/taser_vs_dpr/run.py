@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import BASE_TRAIN, ROOT, command_line, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, ROOT, command_line, machine_line, prepare_squad_with_bm25  # noqa: E402
 
 TASER = {"specialize_every": 2, "specialize": "ffn", "routing": "deterministic", "num_experts": 2}
 # (row name, directory under --work, model settings)
@@ -35,8 +35,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--train-precision", default="bf16")
-    ap.add_argument("--eval-precision", default="bf16")
+    ap.add_argument("--train-precision", default="auto")
+    ap.add_argument("--eval-precision", default="auto")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results.md")
     args = ap.parse_args()
     start = time.perf_counter()
@@ -50,10 +50,11 @@ def main() -> None:
         print(markdown_table(rows), flush=True)
     total = time.perf_counter() - start
     text = (
-        "# DPR vs TASER on the SQuAD benchmark (shipped data, all-MiniLM-L6-v2, 2 CPU cores)\n\n"
+        "# DPR vs TASER on the SQuAD benchmark (shipped data, all-MiniLM-L6-v2)\n\n"
         f"Command: `{command_line(__file__)}`\n\n"
+        f"{machine_line(args.train_precision)} Encoding: {machine_line(args.eval_precision).split('; ')[-1]}\n\n"
         f"Budget: {args.steps} steps of {args.batch} questions, each with its positive and 1 BM25 hard negative (in-batch negatives), "
-        f"lr {args.lr}, seed 12345, training in {args.train_precision}, encoding in {args.eval_precision}; mean pooling, normalised (MiniLM's own). "
+        f"lr {args.lr}, seed 12345; mean pooling, normalised (MiniLM's own). "
         f"Whole run: {total / 60:.1f} min. Evaluation: 1,971 questions of the last 10 articles over 2,141 passages.\n\n"
         + markdown_table(rows)
     )

@@ -15,6 +15,7 @@ from taser.pipeline.experiment import Row, evaluate_checkpoint, markdown_table, 
 from taser.pipeline.mine import mine_negatives
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA
+from taser.runtime import describe_hardware, precision_record
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 def run_demo(cfg: dict) -> str:
     out = Path(cfg["out_dir"])
     times: dict[str, float] = {}
+    runtime = precision_record(cfg["precision"])
+    train_runtime = precision_record(cfg["train"]["precision"])
+    log.info("demo on %s: training in %s, encoding in %s", describe_hardware(), train_runtime["precision"], runtime["precision"])
     t = time.perf_counter()
     summary = convert_squad(cfg["squad_json"], out / "data", train_articles=cfg.get("train_articles", 30))
     times["prepare data"] = time.perf_counter() - t
@@ -56,8 +60,10 @@ def run_demo(cfg: dict) -> str:
         f"evaluation: {summary['dev']['questions']} questions (last {summary['dev']['articles']} articles); "
         f"training: {summary['train']['with_positive']} questions with a positive (first {summary['train']['articles']} articles).\n"
         f"Training: {tr['max_steps']} steps of {tr['batch_size']} questions + {tr['hard_negatives']} {hard_note} hard negative(s) each, "
-        f"lr {tr['learning_rate']}, training in {tr['precision']}, encoding in {cfg['precision']}, {model_config.pooling} pooling"
-        f"{', normalised' if model_config.normalize else ''}, {model_config.similarity} similarity.\n\n"
+        f"lr {tr['learning_rate']}, {model_config.pooling} pooling"
+        f"{', normalised' if model_config.normalize else ''}, {model_config.similarity} similarity.\n"
+        f"Machine: {describe_hardware()}; training in {train_runtime['precision']} (precision={tr['precision']}), "
+        f"encoding in {runtime['precision']} (precision={cfg['precision']}).\n\n"
         + markdown_table(rows)
         + "\n## Stage times (s)\n\n| stage | seconds |\n|---|---|\n"
         + "".join(f"| {k} | {v:.1f} |\n" for k, v in times.items())

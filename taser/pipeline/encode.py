@@ -13,6 +13,7 @@ import numpy as np
 from taser.data.passages import read_passages
 from taser.retrieval.embeddings import save_shard, shard_path
 from taser.retrieval.encoder import encode_passages, load_encoder_checkpoint
+from taser.runtime import describe_hardware, precision_record
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ def encode_corpus(
     shard_id: int = 0,
     num_shards: int = 1,
     batch_size: int = 64,
-    precision: str = "fp32",
+    precision: str = "auto",
     chunk_size: int = 100_000,
     device: str = "auto",
     progress: bool = True,
@@ -36,10 +37,12 @@ def encode_corpus(
     if not 0 <= shard_id < num_shards:
         raise ValueError(f"shard_id must be in 0..{num_shards - 1}, got {shard_id}")
     model, tokenizer = load_encoder_checkpoint(checkpoint, device)
+    runtime = precision_record(precision, next(model.parameters()).device)
+    log.info("encoding in %s (precision=%s) on %s", runtime["precision"], precision, describe_hardware(next(model.parameters()).device))
     mine = (p for i, p in enumerate(read_passages(passages_tsv)) if i % num_shards == shard_id)
     vectors, ids, start = [], [], time.perf_counter()
     while chunk := list(itertools.islice(mine, chunk_size)):
-        vectors.append(encode_passages(model, tokenizer, chunk, batch_size=batch_size, precision=precision, progress=progress))
+        vectors.append(encode_passages(model, tokenizer, chunk, batch_size=batch_size, precision=runtime["precision"], progress=progress))
         ids.extend(p.id for p in chunk)
     if not ids:
         raise ValueError(f"{passages_tsv}: shard {shard_id} of {num_shards} has no passages")
@@ -47,4 +50,4 @@ def encode_corpus(
     path = shard_path(out_dir, shard_id, num_shards)
     save_shard(path, np.concatenate(vectors), ids)
     log.info("wrote %d passage vectors to %s (%.1f passages/s)", len(ids), path, len(ids) / elapsed)
-    return {"passages": len(ids), "seconds": elapsed, "passages_per_s": len(ids) / elapsed, "path": str(path)}
+    return {"passages": len(ids), "seconds": elapsed, "passages_per_s": len(ids) / elapsed, "path": str(path), **runtime}

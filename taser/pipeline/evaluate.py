@@ -26,17 +26,20 @@ def _dense_results(checkpoint, index_dir, questions: list[str], k: int, batch_si
     from taser.models.params import parameter_report
     from taser.retrieval.encoder import dense_retrieve, load_encoder_checkpoint
     from taser.retrieval.faiss_index import PassageIndex
+    from taser.runtime import precision_record
 
     model, tokenizer = load_encoder_checkpoint(checkpoint, device)
+    runtime = precision_record(precision, next(model.parameters()).device)
     index = PassageIndex.load(index_dir)
     start = time.perf_counter()
-    retrieved = dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision)
+    retrieved = dense_retrieve(model, tokenizer, index, questions, k, batch_size, runtime["precision"])
     seconds = time.perf_counter() - start
     meta = {
         "model": str(checkpoint),
         "model_type": model.config.model_type,
         "pretrained": model.config.pretrained,
         "parameters": parameter_report(model)["total"],
+        **runtime,
     }
     return retrieved, meta, seconds
 
@@ -67,7 +70,7 @@ def evaluate_dense(
     k: int = 100,
     match: str = "string",
     batch_size: int = 128,
-    precision: str = "fp32",
+    precision: str = "auto",
     device: str = "auto",
 ) -> dict:
     qa = list(read_qa(qa_file))
@@ -108,7 +111,7 @@ def evaluate_hybrid(
     rule: str = "dpr",
     candidates: int | None = None,
     batch_size: int = 128,
-    precision: str = "fp32",
+    precision: str = "auto",
     device: str = "auto",
 ) -> dict:
     """Top-k accuracy of BM25 fused with a dense checkpoint (`taser.retrieval.hybrid`).

@@ -38,7 +38,7 @@ def save_initial(model_cfg: dict, out_dir: str | Path) -> str:
     return str(path)
 
 
-def evaluate_checkpoint(name: str, checkpoint: str, data: dict, out_dir: str | Path, precision: str = "fp32", batch_size: int = 64, index: IndexConfig | None = None) -> Row:
+def evaluate_checkpoint(name: str, checkpoint: str, data: dict, out_dir: str | Path, precision: str = "auto", batch_size: int = 64, index: IndexConfig | None = None) -> Row:
     out = Path(out_dir)
     times = {}
     t = time.perf_counter()
@@ -54,7 +54,7 @@ def evaluate_checkpoint(name: str, checkpoint: str, data: dict, out_dir: str | P
     return Row(name, results["top_k"], results["parameters"], passages_per_s=enc["passages_per_s"], stage_seconds=times)
 
 
-def train_and_evaluate(name: str, model_cfg: dict, train_cfg: dict, data: dict, out_dir: str | Path, eval_precision: str = "fp32") -> Row:
+def train_and_evaluate(name: str, model_cfg: dict, train_cfg: dict, data: dict, out_dir: str | Path, eval_precision: str = "auto") -> Row:
     out = Path(out_dir)
     t = time.perf_counter()
     result = run_training(model_cfg, data["train_files"], train_cfg, out, dev_file=data.get("dev_file"))

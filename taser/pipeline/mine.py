@@ -32,7 +32,7 @@ def mine_negatives(
     checkpoint: str | os.PathLike | None = None,
     index: str | os.PathLike | None = None,
     batch_size: int = 128,
-    precision: str = "fp32",
+    precision: str = "auto",
     device: str = "auto",
     block_size: int = 1000,
     offsets_cache: str | os.PathLike | None = None,
@@ -63,8 +63,11 @@ def mine_negatives(
         from taser.retrieval.encoder import load_encoder_checkpoint
         from taser.retrieval.faiss_index import PassageIndex
 
+        from taser.runtime import precision_record
+
         model, tokenizer = load_encoder_checkpoint(checkpoint, device)
-        search = dense_searcher(model, tokenizer, PassageIndex.load(index), batch_size, precision)
-        meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index)}
+        runtime = precision_record(precision, next(model.parameters()).device)
+        search = dense_searcher(model, tokenizer, PassageIndex.load(index), batch_size, runtime["precision"])
+        meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index), **runtime}
         return mine_hard_negatives(input_path, output_path, search, store, top_n, num_hard_negatives, match,
                                    block_size, progress, meta=meta)

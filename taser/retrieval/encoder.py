@@ -11,18 +11,12 @@ import torch
 from tqdm.auto import tqdm
 
 from taser.models.inputs import passage_string
-from taser.training.precision import autocast
+from taser.runtime import autocast, pick_device, resolve_precision
 
 if TYPE_CHECKING:
     from taser.retrieval.faiss_index import PassageIndex
 
 log = logging.getLogger(__name__)
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def load_encoder_checkpoint(checkpoint, device: str = "auto"):
@@ -39,7 +33,7 @@ def encode_texts(
     texts: Sequence[str],
     side: str,
     batch_size: int = 64,
-    precision: str = "fp32",
+    precision: str = "auto",
     device: torch.device | None = None,
     progress: bool = False,
 ) -> np.ndarray:
@@ -49,6 +43,7 @@ def encode_texts(
     member, so padding (and wasted compute) is minimal.
     """
     device = device or next(model.parameters()).device
+    precision = resolve_precision(precision, device)
     max_length = model.config.max_question_length if side == "question" else model.config.max_length
     was_training = model.training
     model.eval()
@@ -75,7 +70,7 @@ def encode_texts(
     model.train(was_training)
     elapsed = time.perf_counter() - start
     if len(texts):
-        log.info("encoded %d %ss in %.1fs (%.1f/s)", len(texts), side, elapsed, len(texts) / max(elapsed, 1e-9))
+        log.info("encoded %d %ss in %.1fs (%.1f/s, %s)", len(texts), side, elapsed, len(texts) / max(elapsed, 1e-9), precision)
     return out
 
 
@@ -89,7 +84,7 @@ def encode_questions(model, tokenizer, questions: Sequence[str], **kwargs) -> np
 
 
 def dense_retrieve(model, tokenizer, index: PassageIndex, questions: Sequence[str], k: int, batch_size: int = 128,
-                   precision: str = "fp32") -> list[list[tuple[str, float]]]:
+                   precision: str = "auto") -> list[list[tuple[str, float]]]:
     """Per question, the top-`k` (passage id, score) pairs of `index`, best first."""
     vectors = encode_questions(model, tokenizer, list(questions), batch_size=batch_size, precision=precision)
     scores, ids = index.search(vectors, k)

@@ -49,7 +49,7 @@ def bm25_searcher(index, threads: int | None = None) -> Searcher:
     return lambda questions, k: index.batch_search(list(questions), k, threads)
 
 
-def dense_searcher(model, tokenizer, index, batch_size: int = 128, precision: str = "fp32") -> Searcher:
+def dense_searcher(model, tokenizer, index, batch_size: int = 128, precision: str = "auto") -> Searcher:
     """Batched dense search: encode questions with `model`, search a `PassageIndex`."""
     from taser.retrieval.encoder import dense_retrieve
 

@@ -27,7 +27,7 @@ class TrainConfig:
     grad_clip: float = 2.0
     grad_accumulation: int = 1
     grad_cache_chunk: int = 0  # >0: gradient caching with chunks of this many sequences
-    precision: str = "fp32"
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16: auto is decided by taser.runtime from the hardware
     seed: int = 12345
     log_every: int = 10
     eval_every: int = 0  # 0: only at the end

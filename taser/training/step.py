@@ -16,7 +16,7 @@ import torch
 from taser.data.batching import Batch
 from taser.training.distributed import gather_with_grad
 from taser.training.loss import LossConfig, contrastive_nll
-from taser.training.precision import autocast
+from taser.runtime import autocast, resolve_precision
 
 
 @dataclass
@@ -54,7 +54,8 @@ class _RandState:
 
 class StepRunner:
     def __init__(self, model, loss_config: LossConfig, precision: str, device: torch.device, grad_cache_chunk: int = 0, world_size: int = 1):
-        self.model, self.loss_config, self.precision, self.device = model, loss_config, precision, device
+        self.model, self.loss_config, self.device = model, loss_config, device
+        self.precision = resolve_precision(precision, device)
         self.chunk = grad_cache_chunk
         self.world_size = world_size
 

@@ -7,7 +7,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,12 +18,11 @@ from tqdm.auto import tqdm
 
 from taser.data.batching import collate, example_rng, make_example
 from taser.io import atomic_open
-from taser.retrieval.encoder import pick_device
+from taser.runtime import describe_hardware, grad_scaler, pick_device, precision_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
 from taser.training.distributed import DistInfo, all_reduce_gradients, all_reduce_sum
 from taser.training.lr_decay import param_groups
-from taser.training.precision import grad_scaler
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner
 from taser.training.validation import validate
@@ -79,6 +78,9 @@ class Trainer:
         self.dist = dist_info or DistInfo()
         self.on_step = on_step
         self.device = pick_device(cfg.device)
+        self.runtime = precision_record(cfg.precision, self.device)
+        if self.dist.is_main:
+            log.info("training in %s (precision=%s) on %s", self.runtime["precision"], cfg.precision, describe_hardware(self.device))
         if cfg.grad_accumulation < 1 or cfg.batch_size < 1:
             raise ValueError("batch_size and grad_accumulation must be >= 1")
         # one schedule batch = one optimizer step: every rank's micro-batches of that step
@@ -115,8 +117,9 @@ class Trainer:
         # the fused kernel: one pass over all parameters (6x faster than the default loop on CPU)
         optimizer = torch.optim.AdamW(param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.layer_decay), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
         scheduler = linear_schedule(optimizer, cfg.warmup_steps, self.total_steps)
-        scaler = grad_scaler(cfg.precision, self.device)
-        runner = StepRunner(model, cfg.loss_config(model.config), cfg.precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
+        precision = self.runtime["precision"]
+        scaler = grad_scaler(precision, self.device)
+        runner = StepRunner(model, cfg.loss_config(model.config), precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
         ckpt_dir = self.out / "checkpoint"
         step = 0
         if cfg.resume and has_checkpoint(ckpt_dir):
@@ -160,7 +163,7 @@ class Trainer:
             window_steps += 1
             bar.update(1)
             n_q = global_q * cfg.grad_accumulation
-            record = {"step": step, "loss": all_reduce_sum(loss_sum) / n_q, "acc": all_reduce_sum(correct) / n_q, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm, **{f"aux_{k}": v for k, v in aux.items()}}
+            record = {"step": step, "loss": all_reduce_sum(loss_sum) / n_q, "acc": all_reduce_sum(correct) / n_q, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm, "precision": precision, **{f"aux_{k}": v for k, v in aux.items()}}
             if not math.isfinite(record["loss"]):
                 raise FloatingPointError(f"loss is {record['loss']} at step {step}; lower train.learning_rate or check the data")
             if step % max(cfg.log_every, 1) == 0 or step == self.total_steps:
@@ -171,14 +174,14 @@ class Trainer:
                     log.info("step %d/%d loss %.4f acc %.3f lr %.2e %.1f q/s", step, self.total_steps, record["loss"], record["acc"], record["lr"], record["questions_per_s"])
             if self.dev_set is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or step == self.total_steps):
                 if self.dist.is_main:
-                    record.update(validate(model, self.tokenizer, self.dev_set, cfg, self.device))
+                    record.update(validate(model, self.tokenizer, self.dev_set, replace(cfg, precision=precision), self.device))
                     log.info("step %d validation %s", step, {k: round(v, 4) for k, v in record.items() if k.startswith("val_")})
             history.append(record)
             if self.dist.is_main:
                 with open(log_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(record) + "\n")
             if (cfg.save_every and step % cfg.save_every == 0) or step == self.total_steps:
-                save_checkpoint(ckpt_dir, model, self.tokenizer, optimizer, scheduler, scaler, step, self.dist.is_main)
+                save_checkpoint(ckpt_dir, model, self.tokenizer, optimizer, scheduler, scaler, step, self.dist.is_main, extra={"runtime": self.runtime})
             if self.on_step is not None:
                 self.on_step(step, record)
         bar.close()
@@ -188,5 +191,5 @@ class Trainer:
         if self.dist.is_main:
             model.save(final, self.tokenizer)
             with atomic_open(self.out / "train_summary.json") as f:
-                json.dump({"steps": step, "seconds": seconds, "median_step_s": median_step, "config": asdict(cfg), "last": history[-1] if history else {}}, f, indent=2)
+                json.dump({"steps": step, "seconds": seconds, "median_step_s": median_step, "config": asdict(cfg), "runtime": self.runtime, "last": history[-1] if history else {}}, f, indent=2)
         return TrainResult(step, str(final), seconds, median_step if median_step is not None else float("nan"), history, step_times)

@@ -8,8 +8,8 @@ import torch
 from taser.data.batching import collate, example_rng, make_example
 from taser.models.inputs import passage_string
 from taser.retrieval.encoder import encode_texts
+from taser.runtime import autocast
 from taser.training.loss import contrastive_nll, similarity_scores
-from taser.training.precision import autocast
 
 
 @torch.no_grad()

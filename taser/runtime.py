@@ -1,0 +1,134 @@
+"""What the machine has, and the choices that follow from it: device, precision, autocast.
+
+Precision is never fixed in a config: `auto` (the default everywhere) is resolved here, in one
+place, from the hardware. bf16 is only a speed-up where the hardware computes it natively
+(CUDA GPUs of compute capability 8+, x86 CPUs with AVX512-BF16 or AMX); elsewhere torch
+emulates it, hundreds of times slower than fp32 on an AVX2-only CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import platform
+
+import torch
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+_warned: set[tuple[str, str]] = set()
+
+
+def pick_device(name: str | torch.device = "auto") -> torch.device:
+    if isinstance(name, torch.device):
+        return name
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: the x86 instructions that compute bf16 matrix products natively."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def cuda_has_bf16() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's marketing name ('AMD EPYC', 'Intel(R) Xeon(R) ...'), or the architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware(device: str | torch.device = "auto") -> dict:
+    """The facts every recorded figure is quoted with: CPU model and capability, cores, GPU."""
+    device = pick_device(device)
+    info = {
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device.type,
+        "torch": torch.__version__,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["gpu_bf16"] = cuda_has_bf16()
+    return info
+
+
+def describe_hardware(device: str | torch.device = "auto") -> str:
+    """One line: 'AMD EPYC (AVX2, no native bf16), 2 cores' [+ ', GPU NVIDIA H200']."""
+    h = hardware(device)
+    text = f"{h['cpu']} ({h['cpu_capability']}, {'native' if h['cpu_native_bf16'] else 'no native'} bf16), {h['cores']} cores"
+    return text + (f", GPU {h['gpu']}" if "gpu" in h else "")
+
+
+def resolve_precision(precision: str, device: str | torch.device = "auto") -> str:
+    """`auto` -> what this hardware runs fastest at fine-tuning accuracy; anything else as given.
+
+    CUDA with bf16 -> bf16; CUDA without -> fp16 (with a gradient scaler); a CPU with native
+    bf16 -> bf16; any other CPU -> fp32. An explicit bf16 where the CPU lacks it is honoured, with
+    one warning per process.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    device = pick_device(device)
+    if device.type == "cuda":
+        if precision == "auto":
+            return "bf16" if cuda_has_bf16() else "fp16"
+        return precision
+    if precision == "fp16":
+        raise ValueError(f"precision fp16 needs a CUDA GPU (device is {device.type}); use precision=auto")
+    if device.type != "cpu":
+        return "fp32" if precision == "auto" else precision
+    native = cpu_has_native_bf16()
+    if precision == "auto":
+        return "bf16" if native else "fp32"
+    if precision == "bf16" and not native:
+        _warn_once("bf16-emulated", (
+            f"precision bf16 on a CPU without native bf16 ({cpu_model()}, capability "
+            f"{torch.backends.cpu.get_cpu_capability()}): torch emulates it, often 50-300x slower than fp32. "
+            "Set precision=auto (fp32 here) unless you mean to measure bf16 itself."))
+    return precision
+
+
+def _warn_once(key: str, message: str) -> None:
+    if (key, message) in _warned:
+        return
+    _warned.add((key, message))
+    log.warning(message)
+
+
+def autocast(precision: str, device: torch.device):
+    """The autocast context of `precision` (resolved first: `auto` is accepted)."""
+    precision = resolve_precision(precision, device)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def grad_scaler(precision: str, device: torch.device):
+    """A GradScaler for fp16 (bf16 and fp32 need none)."""
+    if resolve_precision(precision, device) == "fp16":
+        return torch.amp.GradScaler(device.type)
+    return None
+
+
+def precision_record(precision: str, device: str | torch.device = "auto") -> dict:
+    """What a run writes beside its results: the precision asked for, the one used, the hardware."""
+    return {"precision_requested": precision, "precision": resolve_precision(precision, device), "hardware": hardware(device)}

@@ -1,0 +1,120 @@
+"""`precision: auto` and the hardware facts: the rule on each kind of hardware (capability checks
+faked), the warning for emulated bf16, and that runs record what they resolved."""
+
+import json
+import logging
+
+import pytest
+import torch
+
+from taser import runtime
+from taser.runtime import autocast, grad_scaler, precision_record, resolve_precision
+
+
+@pytest.fixture
+def fake_hardware(monkeypatch):
+    """Set what the machine has: `fake_hardware(cpu_bf16=..., cuda_bf16=...)`."""
+
+    def set_(cpu_bf16: bool = False, cuda_bf16: bool = False):
+        monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: cpu_bf16)
+        monkeypatch.setattr(runtime, "cuda_has_bf16", lambda: cuda_bf16)
+        monkeypatch.setattr(runtime, "_warned", set())
+
+    return set_
+
+
+@pytest.mark.parametrize(
+    "device, cpu_bf16, cuda_bf16, expected",
+    [
+        ("cuda", False, True, "bf16"),   # Ampere and later
+        ("cuda", False, False, "fp16"),  # V100, T4: fp16 with a gradient scaler
+        ("cpu", True, False, "bf16"),    # AVX512-BF16 or AMX
+        ("cpu", False, False, "fp32"),   # AVX2-only (Zen 3, most laptops): bf16 would be emulated
+        ("mps", False, False, "fp32"),
+    ],
+)
+def test_auto_follows_the_hardware(fake_hardware, device, cpu_bf16, cuda_bf16, expected):
+    fake_hardware(cpu_bf16=cpu_bf16, cuda_bf16=cuda_bf16)
+    assert resolve_precision("auto", torch.device(device)) == expected
+
+
+def test_explicit_precision_is_honoured(fake_hardware):
+    fake_hardware(cpu_bf16=True, cuda_bf16=True)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [resolve_precision(p, cpu) for p in ("fp32", "bf16")] == ["fp32", "bf16"]
+    assert [resolve_precision(p, cuda) for p in ("fp32", "bf16", "fp16")] == ["fp32", "bf16", "fp16"]
+
+
+def test_bf16_on_a_cpu_without_it_warns_once(fake_hardware, caplog):
+    fake_hardware(cpu_bf16=False)
+    with caplog.at_level(logging.WARNING, logger="taser.runtime"):
+        assert resolve_precision("bf16", "cpu") == "bf16"
+        assert resolve_precision("bf16", "cpu") == "bf16"
+        with autocast("bf16", torch.device("cpu")):
+            pass
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "without native bf16" in warnings[0] and "precision=auto" in warnings[0]
+    assert torch.backends.cpu.get_cpu_capability() in warnings[0]
+
+
+def test_no_warning_where_bf16_is_native_or_auto(fake_hardware, caplog):
+    with caplog.at_level(logging.WARNING, logger="taser.runtime"):
+        fake_hardware(cpu_bf16=True)
+        resolve_precision("bf16", "cpu")
+        fake_hardware(cpu_bf16=False)
+        resolve_precision("auto", "cpu")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_bad_precisions_are_clear_errors(fake_hardware):
+    fake_hardware()
+    with pytest.raises(ValueError, match="unknown precision 'bf61'.*auto, fp32, bf16, fp16"):
+        resolve_precision("bf61", "cpu")
+    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+        resolve_precision("fp16", "cpu")
+
+
+def test_native_bf16_check_reads_torchs_cpu_checks(monkeypatch):
+    for avx512_bf16, amx, expected in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        assert runtime.cpu_has_native_bf16() is expected
+
+
+def test_autocast_and_scaler_follow_the_resolved_precision(fake_hardware):
+    fake_hardware(cpu_bf16=False)
+    cpu = torch.device("cpu")
+    x = torch.randn(4, 4)
+    with autocast("auto", cpu):
+        assert (x @ x).dtype == torch.float32
+    fake_hardware(cpu_bf16=True)
+    with autocast("auto", cpu):
+        assert (x @ x).dtype == torch.bfloat16
+    assert grad_scaler("auto", cpu) is None
+
+
+def test_precision_record_names_the_machine(fake_hardware):
+    fake_hardware(cpu_bf16=False)
+    record = precision_record("auto", "cpu")
+    assert record["precision_requested"] == "auto" and record["precision"] == "fp32"
+    hw = record["hardware"]
+    assert hw["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert hw["cpu"] and hw["cores"] >= 1 and hw["device"] == "cpu" and hw["cpu_native_bf16"] is False
+    json.dumps(record)  # written into results.json and train_summary.json
+
+
+def test_training_records_the_resolved_precision(fake_hardware, tmp_path, tiny_pretrained, mini_squad):
+    from conftest import tiny_model_cfg
+    from taser.pipeline.train import run_training
+
+    fake_hardware(cpu_bf16=False)
+    train = {"batch_size": 4, "max_steps": 2, "warmup_steps": 1, "val_max_questions": 0, "progress": False, "log_every": 1}
+    run_training(tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")], train, tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["config"]["precision"] == "auto"
+    assert summary["runtime"]["precision"] == "fp32" and summary["runtime"]["hardware"]["cpu_capability"]
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["precision"] for r in log] == ["fp32", "fp32"]
+    state = torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=False)
+    assert state["extra"]["runtime"]["precision"] == "fp32"
