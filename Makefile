@@ -28,6 +28,7 @@ demo: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py
 
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs
 
 clean-venv:

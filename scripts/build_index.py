@@ -5,16 +5,15 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, plain, setup_logging
+from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.pipeline.index import build_index
-from taser.retrieval.faiss_index import IndexConfig
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="build_index", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    c = plain(cfg)
-    build_index(c["embeddings"], c["out_dir"], IndexConfig(**c["index"]))
+    job = typed(cfg)
+    build_index(job.embeddings, job.out_dir, job.index)
 
 
 if __name__ == "__main__":

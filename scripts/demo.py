@@ -2,14 +2,14 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, plain, setup_logging
+from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.pipeline.demo import run_demo
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="demo", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    print(run_demo(plain(cfg)))
+    print(run_demo(typed(cfg)))
 
 
 if __name__ == "__main__":

@@ -5,15 +5,15 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, plain, setup_logging
+from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.pipeline.encode import encode_corpus
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="encode_passages", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    c = plain(cfg)
-    encode_corpus(c["checkpoint"], c["passages"], c["out_dir"], c["shard_id"], c["num_shards"], c["batch_size"], c["precision"], c["chunk_size"], c["device"])
+    job = typed(cfg)
+    encode_corpus(job.checkpoint, job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size, job.device)
 
 
 if __name__ == "__main__":

@@ -8,19 +8,19 @@ import json
 
 import hydra
 
-from taser.cli import CONFIG_DIR, plain, setup_logging
+from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.pipeline.mine import mine_negatives
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="mine_negatives", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    c = plain(cfg)
+    job = typed(cfg)
     summary = mine_negatives(
-        c["input"], c["passages"], c["output"], retriever=c["retriever"], top_n=c["top_n"],
-        num_hard_negatives=c["num_hard_negatives"], match=c["match"], bm25=c["bm25"], checkpoint=c["checkpoint"],
-        index=c["index"], batch_size=c["batch_size"], precision=c["precision"], device=c["device"],
-        block_size=c["block_size"], offsets_cache=c["offsets_cache"], progress=c["progress"],
+        job.input, job.passages, job.output, retriever=job.retriever, top_n=job.top_n,
+        num_hard_negatives=job.num_hard_negatives, match=job.match, bm25=job.bm25, checkpoint=job.checkpoint,
+        index=job.index, batch_size=job.batch_size, precision=job.precision, device=job.device,
+        block_size=job.block_size, offsets_cache=job.offsets_cache, progress=job.progress,
     )
     print(json.dumps(summary, indent=2))
 

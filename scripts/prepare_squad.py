@@ -7,15 +7,15 @@ import json
 
 import hydra
 
-from taser.cli import CONFIG_DIR, plain, setup_logging
+from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.data.squad import convert_squad
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    c = plain(cfg)
-    summary = convert_squad(c["squad_json"], c["out_dir"], c["train_articles"], c["words_per_passage"], c["random_negatives"], c["seed"])
+    job = typed(cfg)
+    summary = convert_squad(job.squad_json, job.out_dir, job.train_articles, job.words_per_passage, job.random_negatives, job.seed)
     print(json.dumps(summary, indent=2))
 
 

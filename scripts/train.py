@@ -5,15 +5,15 @@ Distributed: `torchrun --nproc_per_node=8 scripts/train.py ...` (train.batch_siz
 
 import hydra
 
-from taser.cli import CONFIG_DIR, plain, run_dir, setup_logging
+from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
 from taser.pipeline.train import run_training
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    c = plain(cfg)
-    run_training(c["model"], c["data"]["train_files"], c["train"], run_dir(), dev_file=c["data"].get("dev_file"))
+    job = typed(cfg)
+    run_training(job.model, job.data.train_files, job.train, run_dir(), dev_file=job.data.dev_file)
 
 
 if __name__ == "__main__":

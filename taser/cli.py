@@ -1,4 +1,5 @@
-"""What every script shares: logging to stderr and plain dicts from Hydra configs."""
+"""What every script shares: logging to stderr, the config schemas registered with Hydra, and
+typed configs (`taser.pipeline.jobs`) from what Hydra composed."""
 
 from __future__ import annotations
 
@@ -14,10 +15,47 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-def plain(cfg) -> dict:
+def register_schemas() -> None:
+    """Store each script's schema in Hydra's ConfigStore; its YAML lists it first in `defaults`."""
+    from hydra.core.config_store import ConfigStore
+
+    from taser.pipeline.jobs import SCHEMAS
+
+    store = ConfigStore.instance()
+    for name, schema in SCHEMAS.items():
+        store.store(name=name, node=schema)
+
+
+def _unknown_keys(node, path: str = "") -> list[str]:
+    """Keys of `node` (and below) outside its schema: Hydra's `+key=value` adds keys even to a
+    typed config, and `OmegaConf.to_object` would drop them silently."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    found = []
+    if not isinstance(node, DictConfig):
+        return found
+    schema = OmegaConf.get_type(node)
+    fields = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in node.keys():
+        where = f"{path}{key}"
+        if fields is not None and key not in fields:
+            found.append(f"{where} (not a setting of {schema.__name__}; its settings: {', '.join(sorted(fields))})")
+        elif not OmegaConf.is_interpolation(node, key) and not OmegaConf.is_missing(node, key):
+            found += _unknown_keys(node._get_node(key), f"{where}.")
+    return found
+
+
+def typed(cfg):
+    """The composed config as its schema's dataclass: keys outside the schema are refused, and
+    every `__post_init__` check runs (before any model, data or index is loaded)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(cfg, resolve=True)
+    unknown = _unknown_keys(cfg)
+    if unknown:
+        raise ValueError("unknown config key(s): " + "; ".join(unknown))
+    return OmegaConf.to_object(cfg)
 
 
 def run_dir() -> str:
@@ -25,3 +63,6 @@ def run_dir() -> str:
     from hydra.core.hydra_config import HydraConfig
 
     return HydraConfig.get().runtime.output_dir
+
+
+register_schemas()

@@ -10,8 +10,9 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 
 def _tmp_name(path: Path) -> Path:

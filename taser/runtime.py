@@ -16,9 +16,19 @@ import platform
 
 import torch
 
+from taser.choice import Choice
+
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+class Precision(Choice):
+    auto = "auto"
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+PRECISIONS = Precision.names()
 _warned: set[tuple[str, str]] = set()
 
 
@@ -84,8 +94,7 @@ def resolve_precision(precision: str, device: str | torch.device = "auto") -> st
     bf16 -> bf16; any other CPU -> fp32. An explicit bf16 where the CPU lacks it is honoured, with
     one warning per process.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    precision = Precision.parse(precision, "precision").value
     device = pick_device(device)
     if device.type == "cuda":
         if precision == "auto":

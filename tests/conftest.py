@@ -20,7 +20,9 @@ SQUAD = ROOT / "data" / "squad" / "squad-v1.1-dev-40-articles.json"
 def tiny_bert_config(vocab_size: int, layers: int = 2):
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=128, max_position_embeddings=512)
+    return BertConfig(
+        vocab_size=vocab_size, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=128, max_position_embeddings=512
+    )
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +59,14 @@ def mini_squad(tmp_path_factory) -> Path:
 
 
 def tiny_model_cfg(pretrained: str, model_type: str = "dpr", **extra) -> dict:
-    cfg = {"model_type": model_type, "pretrained": pretrained, "pooling": "cls", "normalize": False, "similarity": "dot", "max_length": 64, "max_question_length": 32}
+    cfg = {
+        "model_type": model_type,
+        "pretrained": pretrained,
+        "pooling": "cls",
+        "normalize": False,
+        "similarity": "dot",
+        "max_length": 64,
+        "max_question_length": 32,
+    }
     cfg.update(extra)
     return cfg

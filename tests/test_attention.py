@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from conftest import tiny_model_cfg
 
 import taser.models.attention as attention
-from conftest import tiny_model_cfg
 from taser.models.attention import DROPOUT_RESOLUTION, chunked_dropout_attention
-from taser.pipeline.train import build_model
+from taser.models.loading import load_model
 
 B, H, L, D = 5, 3, 7, 4
 
@@ -125,8 +125,8 @@ def test_rejects_bad_dropout(qkv):
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_model_vectors_equal_transformers_sdpa(tiny_pretrained, tokenizer, dropout):
     """In evaluation (no dropout) and in training without dropout, taser_sdpa is transformers' SDPA."""
-    ours, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=dropout))
-    theirs, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=dropout, attention="sdpa"))
+    ours, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=dropout))
+    theirs, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=dropout, attention="sdpa"))
     assert ours.question_encoder.config._attn_implementation == "taser_sdpa"
     assert theirs.question_encoder.config._attn_implementation == "sdpa"
     batch = tokenizer(["who wrote hamlet", "a much longer question about the university of chicago"], padding=True, return_tensors="pt")
@@ -144,8 +144,8 @@ def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer,
     An attention dropout of 1e-9 rounds to a drop threshold of 0: no dropout mask is drawn and
     nothing is dropped, so the result must be SDPA's without dropout."""
     assert round(1e-9 * DROPOUT_RESOLUTION) == 0
-    ours, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9))
-    theirs, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9, attention="sdpa"))
+    ours, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9))
+    theirs, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9, attention="sdpa"))
     ours.train(), theirs.eval()
     batch = tokenizer(["who wrote hamlet", "a much longer question about the university of chicago"], padding=True, return_tensors="pt")
     assert not batch["attention_mask"].all()  # padded
@@ -166,8 +166,8 @@ def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer,
 
 
 def test_unknown_attention_is_a_clear_error(tiny_pretrained):
-    with pytest.raises(ValueError, match="unknown attention implementation 'flash'"):
-        build_model(tiny_model_cfg(tiny_pretrained, "dpr", attention="flash"))
+    with pytest.raises(ValueError, match="unknown model.attention 'flash'; expected one of taser_sdpa, sdpa, eager"):
+        load_model(tiny_model_cfg(tiny_pretrained, "dpr", attention="flash"))
 
 
 def test_keeps_no_float_attention_matrix_for_backward(qkv, padding_mask):

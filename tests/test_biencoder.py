@@ -3,18 +3,18 @@
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_model_cfg
+
 from taser.data.passages import Passage
-from taser.models.biencoder import BiEncoder, load_biencoder
+from taser.models.biencoder import BiEncoder
+from taser.models.encoding import encode_passages
 from taser.models.inputs import tokenize_passages, tokenize_questions
-from taser.pipeline.train import build_model
-from taser.retrieval.encoder import encode_passages
+from taser.models.loading import load_model
 
 
 @pytest.mark.parametrize("model_type", ["dpr", "shared"])
 def test_save_load_round_trip(tmp_path, tiny_pretrained, tokenizer, model_type):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, model_type))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, model_type))
     torch.manual_seed(1)
     for p in model.parameters():  # make the two dpr encoders differ
         p.data.add_(torch.randn_like(p) * 0.01)
@@ -25,8 +25,9 @@ def test_save_load_round_trip(tmp_path, tiny_pretrained, tokenizer, model_type):
     q = tokenize_questions(tokenizer, ["who wrote hamlet?"], 32)
     p = tokenize_passages(tokenizer, ["Hamlet"], ["Hamlet is a tragedy by William Shakespeare."], 64)
     with torch.no_grad():
-        for a, b in zip(model(q, p), loaded(q, p)):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        a, b = model(q, p), loaded(q, p)
+        torch.testing.assert_close(a.questions, b.questions, rtol=0, atol=0)
+        torch.testing.assert_close(a.passages, b.passages, rtol=0, atol=0)
         if model_type == "dpr":
             assert not torch.equal(model.encode(**q, side="question"), model.encode(**q, side="passage"))
 
@@ -41,7 +42,7 @@ def test_pooling_defaults_follow_the_checkpoint(tiny_pretrained):
 
 
 def test_dropout_settings_are_applied_and_saved(tmp_path, tiny_pretrained, tokenizer):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.2, attention_dropout=0.0))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.2, attention_dropout=0.0))
     rates = {name: m.p for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout)}
     assert {p for n, p in rates.items() if n.endswith("self.dropout")} == {0.0}
     assert {p for n, p in rates.items() if not n.endswith("self.dropout")} == {0.2}
@@ -49,12 +50,12 @@ def test_dropout_settings_are_applied_and_saved(tmp_path, tiny_pretrained, token
     loaded = BiEncoder.load(tmp_path / "ckpt")
     assert {name: m.p for name, m in loaded.named_modules() if isinstance(m, torch.nn.Dropout)} == rates
     # overrides apply when continuing from a checkpoint too
-    continued, _ = build_model({**tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.3), "init_checkpoint": str(tmp_path / "ckpt")})
+    continued, _ = load_model({"model_type": "dpr", "dropout": 0.3, "init_checkpoint": str(tmp_path / "ckpt")})
     assert {m.p for m in continued.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}
 
 
 def test_checkpoint_errors(tmp_path, tiny_pretrained, tokenizer):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared"))
     model.save(tmp_path / "ckpt", tokenizer)
     with pytest.raises(ValueError, match="holds a 'shared' model, but model_type 'dpr' was asked for"):
         BiEncoder.load(tmp_path / "ckpt", expected_type="dpr")
@@ -63,26 +64,26 @@ def test_checkpoint_errors(tmp_path, tiny_pretrained, tokenizer):
     with pytest.raises(FileNotFoundError, match="no config.json"):
         BiEncoder.load(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="model path not found"):
-        load_biencoder("./no/such/dir", "dpr")
-    assert isinstance(load_biencoder(str(tmp_path / "ckpt"), "shared"), BiEncoder)
+        load_model({"pretrained": "./no/such/dir"})
+    assert isinstance(load_model({"model_type": "shared", "init_checkpoint": str(tmp_path / "ckpt")})[0], BiEncoder)
 
 
-def test_load_biencoder_from_checkpoint(tmp_path, tiny_pretrained, tokenizer):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+def test_load_model_from_checkpoint(tmp_path, tiny_pretrained, tokenizer):
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared"))
     model.save(tmp_path / "ckpt", tokenizer)
     # the attention implementation reaches a checkpoint's encoders too
-    loaded = load_biencoder(str(tmp_path / "ckpt"), "shared", attention="eager")
+    loaded, _ = load_model({"model_type": "shared", "init_checkpoint": str(tmp_path / "ckpt"), "attention": "eager"})
     assert loaded.question_encoder.config._attn_implementation == "eager"
     # a checkpoint without its weights is an error about them, not a fall-back to from_pretrained
     (tmp_path / "ckpt" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
-        load_biencoder(str(tmp_path / "ckpt"), "shared")
+        load_model({"model_type": "shared", "init_checkpoint": str(tmp_path / "ckpt")})
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         BiEncoder.load(tmp_path / "ckpt")
 
 
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path, tiny_pretrained, tokenizer):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared"))
     model.save(tmp_path / "ckpt", tokenizer)
     before = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
 
@@ -99,8 +100,11 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, tiny_pretrained, to
 def test_bf16_and_fp32_encoders_agree(tiny_pretrained, tokenizer):
     """bf16 autocast vectors stay within cosine 0.99 of fp32. A tiny model: on CPUs without native
     bf16 torch emulates it, and the real MiniLM would take minutes there."""
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
-    passages = [Passage(str(i), f"Passage {i} about topic {t}: " + " ".join([t] * (5 + i)), t) for i, t in enumerate(["rivers", "music", "physics", "football", "cooking", "chess"] * 3)]
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    passages = [
+        Passage(str(i), f"Passage {i} about topic {t}: " + " ".join([t] * (5 + i)), t)
+        for i, t in enumerate(["rivers", "music", "physics", "football", "cooking", "chess"] * 3)
+    ]
     fp32 = encode_passages(model, tokenizer, passages, precision="fp32")
     bf16 = encode_passages(model, tokenizer, passages, precision="bf16")
     cosine = (fp32 * bf16).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(bf16, axis=1)

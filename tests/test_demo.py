@@ -4,11 +4,15 @@ import json
 
 import pytest
 import torch
+from conftest import SQUAD, tiny_model_cfg
 
 import taser.pipeline.experiment as experiment
-from conftest import SQUAD, tiny_model_cfg
+from taser.models.settings import ModelSettings
 from taser.pipeline.demo import run_demo
+from taser.pipeline.jobs import DemoJob
+from taser.retrieval.bm25 import BM25Settings
 from taser.runtime import resolve_precision
+from taser.training.config import TrainConfig
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +28,14 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
     monkeypatch.setattr(experiment, "run_training", spy_run_training)
     small = tmp_path / "squad-3.json"
     small.write_text(json.dumps({"data": json.loads(SQUAD.read_text())["data"][:3]}))
-    cfg = {
-        "squad_json": str(small),
-        "train_articles": 2,
-        "out_dir": str(tmp_path / "demo"),
-        "precision": "auto",
-        "model": tiny_model_cfg(tiny_pretrained, "dpr"),
-        "bm25": {"enabled": True, "backend": "bm25s", "k1": 0.9, "b": 0.4, "hybrid_lambda": 1.1},
-        "train": {"batch_size": 4, "hard_negatives": 1, "learning_rate": 1e-4, "max_steps": 2, "warmup_steps": 1, "precision": "auto", "save_every": 0, "val_max_questions": 8, "progress": False},
-    }
+    cfg = DemoJob(
+        squad_json=str(small),
+        train_articles=2,
+        out_dir=str(tmp_path / "demo"),
+        model=ModelSettings.from_value(tiny_model_cfg(tiny_pretrained, "dpr")),
+        bm25=BM25Settings(backend="bm25s"),
+        train=TrainConfig(batch_size=4, learning_rate=1e-4, max_steps=2, warmup_steps=1, save_every=0, val_max_questions=8, progress=False),
+    )
     text = run_demo(cfg)
     assert (tmp_path / "demo" / "results.md").read_text() == text
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}

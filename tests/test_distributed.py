@@ -6,20 +6,38 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import tiny_model_cfg
 from safetensors.torch import load_file
 
-from conftest import tiny_model_cfg
-from taser.data.batching import collate, example_rng, make_example
 from taser.data.biencoder_json import BiEncoderJsonFile
-from taser.pipeline.train import build_model, run_training
-from taser.training.distributed import all_reduce_gradients, all_reduce_sum
+from taser.models.loading import load_model
+from taser.pipeline.train import run_training
+from taser.training.batching import collate, example_rng, make_example
+from taser.training.distributed import all_reduce_sum, data_parallel
 from taser.training.loss import LossConfig
 from taser.training.step import StepRunner
 
 pytestmark = pytest.mark.slow
 
+
+def taser_model_cfg(pretrained):
+    return tiny_model_cfg(pretrained, "taser", dropout=0.0, taser={"specialize_every": 1})
+
+
 # a large Adam epsilon keeps updates proportional to gradients (see test_training)
-TRAIN = dict(adam_eps=1e-3, hard_negatives=1, other_negatives=0, learning_rate=1e-3, warmup_steps=1, max_steps=3, log_every=1, save_every=0, val_max_questions=0, progress=False, seed=3)
+TRAIN = dict(
+    adam_eps=1e-3,
+    hard_negatives=1,
+    other_negatives=0,
+    learning_rate=1e-3,
+    warmup_steps=1,
+    max_steps=3,
+    log_every=1,
+    save_every=0,
+    val_max_questions=0,
+    progress=False,
+    seed=3,
+)
 
 
 def _free_port() -> int:
@@ -35,11 +53,14 @@ def _examples(data_dir, n):
 
 def _step_grads(pretrained, tokenizer, examples, in_batch, grad_cache, offset, global_q):
     torch.manual_seed(0)
-    model, _ = build_model(tiny_model_cfg(pretrained, "dpr", dropout=0.0))
+    model, _ = load_model(tiny_model_cfg(pretrained, "dpr", dropout=0.0))
     batch = collate(examples, tokenizer, 32, 64)
-    runner = StepRunner(model, LossConfig("dot", 1.0, in_batch), "fp32", torch.device("cpu"), grad_cache, world_size=torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1)
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    # under torchrun: torch's DDP sums the gradients over the ranks during backward
+    runner = StepRunner(
+        data_parallel(model, find_unused_parameters=True), LossConfig("dot", 1.0, in_batch), "fp32", torch.device("cpu"), grad_cache, world_size=world
+    )
     stats = runner.run(batch, global_q, offset)
-    all_reduce_gradients(list(model.parameters()))
     return all_reduce_sum(stats.loss_sum) / global_q, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
@@ -58,6 +79,8 @@ def _worker(rank, world, port, pretrained, data_dir, out_dir):
     if rank == 0:
         torch.save(results, out_dir / "ddp_grads.pt")
     run_training(tiny_model_cfg(pretrained, "dpr", dropout=0.0), [str(data_dir / "train.json")], {**TRAIN, "batch_size": 2}, out_dir / "ddp")
+    # TASER (experts each side skips) with gradient accumulation (no_sync until the last micro-batch)
+    run_training(taser_model_cfg(pretrained), [str(data_dir / "train.json")], {**TRAIN, "batch_size": 1, "grad_accumulation": 2}, out_dir / "ddp-taser")
     torch.distributed.destroy_process_group()
 
 
@@ -73,6 +96,11 @@ def test_two_processes_match_one(tmp_path, tiny_pretrained, tokenizer, mini_squa
             torch.testing.assert_close(grads[k], single[k], rtol=1e-4, atol=1e-5, msg=f"{k} in_batch={in_batch} chunk={chunk}")
     # whole training runs: 2 ranks x batch 2 == 1 process x batch 4
     run_training(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0), [str(mini_squad / "train.json")], {**TRAIN, "batch_size": 4}, tmp_path / "single")
-    a, b = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors")), load_file(str(tmp_path / "single" / "final" / "model.safetensors"))
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    run_training(
+        taser_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")], {**TRAIN, "batch_size": 2, "grad_accumulation": 2}, tmp_path / "single-taser"
+    )
+    for ddp_run, single_run in (("ddp", "single"), ("ddp-taser", "single-taser")):
+        a, b = load_file(str(tmp_path / ddp_run / "final" / "model.safetensors")), load_file(str(tmp_path / single_run / "final" / "model.safetensors"))
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=f"{ddp_run}: {k}")

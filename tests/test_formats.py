@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import FIXTURES
+
 from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, read_passages, write_passages
@@ -26,7 +26,10 @@ def test_real_dpr_biencoder_sample_round_trip(tmp_path):
 
 
 def test_biencoder_json_handles_non_ascii_offsets(tmp_path):
-    records = [{"question": f"q{i} é漢字", "answers": ["ü"], "positive_ctxs": [{"title": "Ω", "text": "naïve " * i}], "negative_ctxs": [], "hard_negative_ctxs": []} for i in range(50)]
+    records = [
+        {"question": f"q{i} é漢字", "answers": ["ü"], "positive_ctxs": [{"title": "Ω", "text": "naïve " * i}], "negative_ctxs": [], "hard_negative_ctxs": []}
+        for i in range(50)
+    ]
     path = tmp_path / "u.json"
     path.write_text(json.dumps(records, ensure_ascii=False, indent=3))
     data = BiEncoderJsonFile(path)
@@ -60,7 +63,7 @@ def test_biencoder_json_without_positives_allowed_for_mining(tmp_path):
 
 
 def test_passages_round_trip_with_quotes_and_tabs(tmp_path):
-    passages = [Passage("1", 'He said "hi"\tthere', "Title \"Q\""), Passage("2", "plain", "")]
+    passages = [Passage("1", 'He said "hi"\tthere', 'Title "Q"'), Passage("2", "plain", "")]
     path = tmp_path / "p.tsv"
     assert write_passages(path, passages) == 2
     assert path.read_text().splitlines()[0] == "id\ttext\ttitle"
@@ -80,7 +83,7 @@ def test_passages_bad_input(tmp_path):
 
 
 def test_qa_round_trip_and_real_nq_file(tmp_path):
-    pairs = [QAPair("who wrote 'x'?", ["A \"B\"", "c's"]), QAPair("when", ["1990"])]
+    pairs = [QAPair("who wrote 'x'?", ['A "B"', "c's"]), QAPair("when", ["1990"])]
     path = tmp_path / "qa.tsv"
     write_qa(path, pairs)
     assert list(read_qa(path)) == pairs

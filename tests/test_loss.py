@@ -69,7 +69,7 @@ def test_train_config_builds_the_loss_config():
     from taser.models.config import BiEncoderConfig
     from taser.training.config import TrainConfig
 
-    auto = TrainConfig(temperature="auto")
+    auto = TrainConfig(temperature=None)
     assert auto.loss_config(BiEncoderConfig(normalize=True)) == LossConfig("dot", 0.05, True)
     assert auto.loss_config(BiEncoderConfig(similarity="cosine")) == LossConfig("cosine", 0.05, True)
     assert auto.loss_config(BiEncoderConfig()) == LossConfig("dot", 1.0, True)

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, tiny_model_cfg
+
 from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json
 from taser.data.passage_store import PassageStore
 from taser.data.passages import Passage, read_passages, write_passages

@@ -47,7 +47,11 @@ def test_learned_routing_counts_one_expert_per_layer_plus_gates(specialize):
     settings = {"routing": "learned_token", "num_experts": 3, "specialize": specialize, "specialize_every": 1}
     model = BiEncoder(BiEncoderConfig(model_type="taser", taser=settings), tiny_bert())
     report = parameter_report(model)
-    sublayer = count(model.question_encoder.encoder.layer[1].output.experts[0]) if specialize == "ffn" else count(model.question_encoder.encoder.layer[1].attention.experts[0])
+    sublayer = (
+        count(model.question_encoder.encoder.layer[1].output.experts[0])
+        if specialize == "ffn"
+        else count(model.question_encoder.encoder.layer[1].attention.experts[0])
+    )
     gate = 64 * 3 + 3
     assert report["total"] == base_total + 2 * (2 * sublayer + gate)  # blocks 1 and 3
     assert report["active_question"] == report["active_passage"] == base_total + 2 * gate

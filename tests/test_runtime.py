@@ -106,6 +106,7 @@ def test_precision_record_names_the_machine(fake_hardware):
 
 def test_training_records_the_resolved_precision(fake_hardware, tmp_path, tiny_pretrained, mini_squad):
     from conftest import tiny_model_cfg
+
     from taser.pipeline.train import run_training
 
     fake_hardware(cpu_bf16=False)

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, SQUAD
 
 pytestmark = pytest.mark.slow
@@ -33,9 +32,21 @@ def test_prepare_train_encode_index_evaluate(tmp_path, tiny_pretrained, model):
     data_overrides = [f"data.data_dir={data}"]
     train_dir = tmp_path / "run"
     layout = ["model.taser.specialize_every=1"] if model == "taser" else []  # the tiny model has 2 blocks
-    run("train.py", f"model={model}", *layout, f"model.pretrained={tiny_pretrained}", "model.max_length=64", "model.max_question_length=32",
-        *data_overrides, f"output_dir={train_dir}", "train.batch_size=4", "train.max_steps=2", "train.warmup_steps=1",
-        "train.val_max_questions=8", "train.progress=false")
+    run(
+        "train.py",
+        f"model={model}",
+        *layout,
+        f"model.pretrained={tiny_pretrained}",
+        "model.max_length=64",
+        "model.max_question_length=32",
+        *data_overrides,
+        f"output_dir={train_dir}",
+        "train.batch_size=4",
+        "train.max_steps=2",
+        "train.warmup_steps=1",
+        "train.val_max_questions=8",
+        "train.progress=false",
+    )
     ckpt = train_dir / "final"
     config = json.loads((ckpt / "config.json").read_text())
     assert config["taser"]["model_type"] == model
@@ -67,16 +78,31 @@ def test_prepare_train_encode_index_evaluate(tmp_path, tiny_pretrained, model):
 def test_script_errors_are_clear(tmp_path, tiny_pretrained):
     err = run_fails("train.py", "model.pretrained=/no/such/model", f"data.data_dir={tmp_path}", f"output_dir={tmp_path / 'x'}")
     assert "model path not found: /no/such/model" in err
-    err = run_fails("evaluate.py", f"checkpoint={tiny_pretrained}", f"index={tmp_path}", f"data.data_dir={tmp_path}", f"qa_file={ROOT / 'tests/fixtures/nq-test.qa.tsv'}")
+    err = run_fails(
+        "evaluate.py", f"checkpoint={tiny_pretrained}", f"index={tmp_path}", f"data.data_dir={tmp_path}", f"qa_file={ROOT / 'tests/fixtures/nq-test.qa.tsv'}"
+    )
     assert "not a taser bi-encoder checkpoint" in err
 
 
 def test_multirun_sweeps_negatives(tmp_path, tiny_pretrained, mini_squad):
     """DPR's Table 3 by config: one job per value, each in its own directory."""
     out = tmp_path / "sweep"
-    run("train.py", "-m", f"model.pretrained={tiny_pretrained}", "model.max_length=64", "model.max_question_length=32",
-        f"data.data_dir={mini_squad}", f"output_dir={out}", "train.batch_size=4", "train.max_steps=1", "train.warmup_steps=1",
-        "train.val_max_questions=0", "train.progress=false", "train.hard_negatives=0,2", "train.in_batch=false")
+    run(
+        "train.py",
+        "-m",
+        f"model.pretrained={tiny_pretrained}",
+        "model.max_length=64",
+        "model.max_question_length=32",
+        f"data.data_dir={mini_squad}",
+        f"output_dir={out}",
+        "train.batch_size=4",
+        "train.max_steps=1",
+        "train.warmup_steps=1",
+        "train.val_max_questions=0",
+        "train.progress=false",
+        "train.hard_negatives=0,2",
+        "train.in_batch=false",
+    )
     jobs = sorted(p.name for p in (out / "multirun").iterdir() if p.is_dir())
     assert len(jobs) == 2 and "train.hard_negatives=0" in jobs[0] and "train.hard_negatives=2" in jobs[1]
     assert all("data.data_dir" not in j and "pretrained" not in j for j in jobs)

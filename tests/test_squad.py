@@ -3,6 +3,7 @@
 import json
 
 from conftest import SQUAD
+
 from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.data.passages import read_passages
 from taser.data.qa import read_qa

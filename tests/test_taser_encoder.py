@@ -13,8 +13,9 @@ from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.models.config import BiEncoderConfig
 from taser.models.inputs import tokenize_passages, tokenize_questions
 from taser.models.moe import MoEAttention, MoEFeedForward
+from taser.models.routers import RoutingContext
 from taser.models.taser_config import TaserConfig, layout
-from taser.models.taser_encoder import collect_aux_loss, input_type, moe_modules, specialize_encoder
+from taser.models.taser_encoder import encode, moe_modules, specialize_encoder
 
 QUESTIONS = ["who wrote hamlet?", "what is the capital of france", "when did the second world war end in europe"]
 TITLES = ["Hamlet", "Paris", "World War II"]
@@ -78,10 +79,9 @@ def test_initial_taser_equals_base_model(base, batch, specialize, routing):
     kind = MoEFeedForward if specialize == "ffn" else MoEAttention
     assert len([m for m in model.modules() if isinstance(m, kind)]) == 2
     with torch.no_grad():
-        want_q, want_p = shared(q, p)
-        got_q, got_p = model(q, p)
-    torch.testing.assert_close(got_q, want_q, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got_p, want_p, atol=1e-5, rtol=1e-5)
+        want, got = shared(q, p), model(q, p)
+    torch.testing.assert_close(got.questions, want.questions, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.passages, want.passages, atol=1e-5, rtol=1e-5)
 
 
 # -- deterministic routing: each input type trains only its own expert ---------------------
@@ -90,12 +90,12 @@ def test_deterministic_routing_isolates_expert_gradients(base, batch, specialize
     q, p = batch
     for side, inputs, used, unused in (("question", q, 0, 1), ("passage", p, 1, 0)):
         model = taser(base, specialize=specialize)
-        vec = model.encode(inputs["input_ids"], inputs["attention_mask"], side)
+        vec, aux = model.encode_with_routing(inputs["input_ids"], inputs["attention_mask"], side)
         vec.pow(2).sum().backward()
         for moe in moe_modules(model.question_encoder):
             assert grad_norm(moe.experts[used]) > 0
             assert all(g is None or not g.any() for g in (p_.grad for p_ in moe.experts[unused].parameters()))
-        assert model.aux_loss() is None
+        assert aux is None
 
 
 def test_deterministic_routing_needs_input_type(base, batch):
@@ -103,16 +103,15 @@ def test_deterministic_routing_needs_input_type(base, batch):
     q, _ = batch
     with pytest.raises(RuntimeError, match="input type"):
         model.question_encoder(input_ids=q["input_ids"], attention_mask=q["attention_mask"])
-    with input_type(model.question_encoder, "passage"):
-        model.question_encoder(input_ids=q["input_ids"], attention_mask=q["attention_mask"])
+    model.question_encoder(input_ids=q["input_ids"], attention_mask=q["attention_mask"], taser_routing=RoutingContext("passage"))
     with pytest.raises(ValueError, match="input type"):
-        with input_type(model.question_encoder, "document"):
-            pass
+        RoutingContext("document")
 
 
 # -- learned routing ------------------------------------------------------------------------
 def gates(model: BiEncoder) -> list[torch.nn.Module]:
-    return list({id(m.gate()): m.gate() for m in moe_modules(model.question_encoder)}.values())
+    found = [m.router if m.router is not None else model.question_encoder.taser_gate for m in moe_modules(model.question_encoder)]
+    return list({id(g): g for g in found}.values())
 
 
 @pytest.mark.parametrize("specialize", ["ffn", "attention"])
@@ -121,10 +120,10 @@ def test_learned_gates_receive_gradients(base, batch, specialize, routing):
     q, p = batch
     model = taser(base, specialize=specialize, routing=routing, load_balance_weight=0.0).train()
     perturb_experts(model)
-    qv, pv = model(q, p)
-    aux = model.aux_loss()
+    out = model(q, p)
+    aux = out.aux_loss
     assert set(aux.parts) == {"load_balance", "entropy"}
-    ((qv * pv).sum() + aux.total).backward()
+    ((out.questions * out.passages).sum() + aux.total).backward()
     for gate in gates(model):
         assert gate.proj.weight.grad is not None and gate.proj.weight.grad.abs().sum() > 0
 
@@ -135,8 +134,8 @@ def test_shared_gate_is_one_module(base, batch):
     (shared,) = gates(model)
     assert shared is model.question_encoder.taser_gate
     assert sum(1 for k in model.state_dict() if k.endswith("proj.weight")) == 1
-    qv, pv = model(q, p)
-    ((qv * pv).sum() + model.aux_loss().total).backward()
+    out = model(q, p)
+    ((out.questions * out.passages).sum() + out.aux_loss.total).backward()
     assert shared.proj.weight.grad.abs().sum() > 0
 
 
@@ -148,26 +147,26 @@ def test_load_balancing_changes_gate_gradients(base, batch, routing):
         torch.manual_seed(2)  # the same gate initialisation,
         model = taser(base, routing=routing, load_balance_weight=weight).train()
         torch.manual_seed(3)  # Gumbel noise and dropout in every run
-        qv, pv = model(q, p)
-        aux = model.aux_loss()
-        ((qv * pv).sum() + aux.total).backward()
+        out = model(q, p)
+        ((out.questions * out.passages).sum() + out.aux_loss.total).backward()
         grads.append(torch.cat([g.proj.weight.grad.flatten() for g in gates(model)]))
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)  # the runs are comparable
     assert not torch.allclose(grads[0], grads[2])
 
 
-def test_aux_loss_is_averaged_and_cleared(base, batch):
+def test_aux_loss_is_averaged_and_belongs_to_its_call(base, batch):
     q, p = batch
     model = taser(base, routing="learned_sequence", load_balance_weight=0.5, entropy_weight=0.1).train()
-    model(q, p)
-    aux = model.aux_loss()
+    torch.manual_seed(5)
+    aux = model(q, p).aux_loss
     expected = 0.5 * aux.parts["load_balance"] + 0.1 * aux.parts["entropy"]
     assert aux.total.requires_grad
     assert aux.total.item() == pytest.approx(expected, rel=1e-5)
-    assert model.aux_loss() is None  # cleared
+    torch.manual_seed(5)
+    again = model(q, p).aux_loss  # a second call's loss is its own, not a sum with the first's
+    assert again.total.item() == pytest.approx(aux.total.item(), rel=1e-6)
     with torch.no_grad():
-        model(q, p)
-    assert model.aux_loss() is None  # a pass without autograd records nothing
+        assert not model(q, p).aux_loss.total.requires_grad  # a pass without autograd feeds no gradient
 
 
 def test_eval_routing_is_argmax_and_deterministic(base, batch):
@@ -180,14 +179,14 @@ def test_eval_routing_is_argmax_and_deterministic(base, batch):
         first = model(q, p)
         torch.manual_seed(1)
         second = model(q, p)
-        torch.testing.assert_close(first[0], second[0], rtol=0, atol=0)
-        torch.testing.assert_close(first[1], second[1], rtol=0, atol=0)
+        torch.testing.assert_close(first.questions, second.questions, rtol=0, atol=0)
+        torch.testing.assert_close(first.passages, second.passages, rtol=0, atol=0)
         # training samples routes: some seed gives another output
         model.train()
         samples = []
         for seed in range(4):
             torch.manual_seed(seed)
-            samples.append(model(q, p)[1])
+            samples.append(model(q, p).passages)
     assert any(not torch.allclose(samples[0], s) for s in samples[1:])
     gate = gates(model)[0].eval()
     routing = gate(torch.randn(5, 64))
@@ -234,7 +233,8 @@ def test_specialize_writes_resolved_layout_back(base):
     assert not any(m.training for m in encoder.modules())  # new gates follow the encoder's mode
     assert settings["specialized_layers"] == [1, 3, 5] and settings["gumbel_tau"] == 1.0
     assert [len(m.experts) for m in moe_modules(encoder)] == [3, 3, 3]
-    assert collect_aux_loss(encoder) is None  # nothing recorded yet
+    ids = torch.tensor([[101, 2054, 102]])
+    assert encode(encoder, ids, torch.ones_like(ids), "question")[1].total.item() > 0  # eval passes record their routing too
     with pytest.raises(ValueError, match="already"):
         specialize_encoder(encoder, settings)
 
@@ -256,8 +256,9 @@ def test_save_load_round_trip(base, batch, tmp_path, settings):
     assert loaded.config.taser == model.config.taser
     assert [type(m).__name__ for m in moe_modules(loaded.question_encoder)] == [type(m).__name__ for m in moe_modules(model.question_encoder)]
     with torch.no_grad():
-        for got, want in zip(loaded(q, p), model(q, p)):
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        got, want = loaded(q, p), model(q, p)
+        torch.testing.assert_close(got.questions, want.questions, rtol=0, atol=0)
+        torch.testing.assert_close(got.passages, want.passages, rtol=0, atol=0)
 
 
 # -- other BERT-family encoders and the routing losses --------------------------------------
@@ -278,12 +279,13 @@ def test_other_bert_family_encoders(family, specialize):
     mask[1, 6:] = 0
     with torch.no_grad():
         want = base(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = model.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
+        got, aux = encode(model.eval(), ids, mask, "passage")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert aux is not None  # the routers' decisions came back with the pass
 
 
 def test_routing_losses():
-    from taser.models.routers import Routing, RoutingState, load_balance_loss, router_entropy
+    from taser.models.routers import Routing, RoutingContext, aux_loss, load_balance_loss, router_entropy
 
     uniform = torch.zeros(4, 2)
     assert load_balance_loss(uniform, torch.tensor([0, 1, 0, 1])).item() == pytest.approx(1.0)
@@ -292,7 +294,8 @@ def test_routing_losses():
     assert router_entropy(uniform).item() == pytest.approx(torch.log(torch.tensor(2.0)).item())
     assert router_entropy(certain).item() == pytest.approx(0.0, abs=1e-9)
     # masked units (padding) do not count
-    state = RoutingState(learned=True, load_balance_weight=1.0)
+    context = RoutingContext("question")
     logits = torch.tensor([[30.0, 0.0], [0.0, 30.0], [30.0, 0.0]])
-    state.record(Routing(logits.argmax(-1), None, logits), mask=torch.tensor([True, True, False]))
-    assert state.collect().parts["load_balance"] == pytest.approx(1.0)
+    context.record(Routing(logits.argmax(-1), None, logits), mask=torch.tensor([True, True, False]))
+    assert aux_loss(context.records, 1.0, 0.0).parts["load_balance"] == pytest.approx(1.0)
+    assert aux_loss([], 1.0, 0.0) is None

@@ -4,16 +4,29 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_model_cfg
 from safetensors.torch import load_file
 
-from conftest import tiny_model_cfg
-from taser.data.batching import collate, example_rng, make_example
 from taser.data.biencoder_json import BiEncoderJsonFile
-from taser.pipeline.train import build_model, run_training
+from taser.models.loading import load_model
+from taser.pipeline.train import run_training
+from taser.training.batching import collate, example_rng, make_example
 from taser.training.loss import LossConfig
 from taser.training.step import StepRunner
 
-TRAIN = dict(batch_size=4, hard_negatives=1, other_negatives=1, learning_rate=1e-3, warmup_steps=2, max_steps=6, log_every=1, save_every=3, val_max_questions=8, progress=False, seed=7)
+TRAIN = dict(
+    batch_size=4,
+    hard_negatives=1,
+    other_negatives=1,
+    learning_rate=1e-3,
+    warmup_steps=2,
+    max_steps=6,
+    log_every=1,
+    save_every=3,
+    val_max_questions=8,
+    progress=False,
+    seed=7,
+)
 
 
 def _weights(path):
@@ -57,7 +70,7 @@ def _batch(tokenizer, mini_squad, n=6, hard=1, other=1):
 
 @pytest.mark.parametrize("model_type, in_batch", [("dpr", True), ("shared", False)])
 def test_grad_cache_gives_the_plain_gradients(tiny_pretrained, tokenizer, mini_squad, model_type, in_batch):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, model_type, dropout=0.0))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, model_type, dropout=0.0))
     batch = _batch(tokenizer, mini_squad)
     loss_cfg = LossConfig("dot", 1.0, in_batch)
     plain = StepRunner(model, loss_cfg, "fp32", torch.device("cpu")).run(batch, batch.size)
@@ -73,7 +86,7 @@ def test_grad_cache_gives_the_plain_gradients(tiny_pretrained, tokenizer, mini_s
 
 def test_grad_cache_replays_dropout(tiny_pretrained, tokenizer, mini_squad):
     """With dropout on, the chunk's second pass must draw the first pass's masks."""
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared", dropout=0.3))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared", dropout=0.3))
     model.train()  # build_model leaves the encoders in eval mode; the Trainer calls train()
     batch = _batch(tokenizer, mini_squad, n=4)
     torch.manual_seed(3)
@@ -96,7 +109,7 @@ def test_grad_cache_replays_dropout(tiny_pretrained, tokenizer, mini_squad):
 
 
 def test_dynamic_padding_gives_fixed_padding_vectors(tiny_pretrained, tokenizer):
-    model, _ = build_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared"))
     model.eval()
     texts = ["a short one", "a much longer question about the history of the university of chicago"]
     longest = tokenizer(texts, padding="longest", return_tensors="pt")

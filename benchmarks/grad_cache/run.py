@@ -42,14 +42,14 @@ def bert_base(work: Path) -> str:
 
 def measure(model_name: str, chunk: int, steps: int, precision: str, work: Path) -> dict:
     from taser.data.biencoder_json import BiEncoderJsonFile
-    from taser.pipeline.train import build_model
+    from taser.models.loading import load_model
     from taser.training.config import TrainConfig
     from taser.training.trainer import Trainer
 
     data = prepare_squad_with_bm25(work)
     pretrained = MINILM_CLS["pretrained"] if model_name == "MiniLM" else bert_base(work)
-    model, tokenizer = build_model({**MINILM_CLS, "pretrained": pretrained})
-    cfg = TrainConfig.from_dict({**TRAIN, "max_steps": steps, "grad_cache_chunk": chunk, "precision": precision})
+    model, tokenizer = load_model({**MINILM_CLS, "pretrained": pretrained})
+    cfg = TrainConfig.from_value({**TRAIN, "max_steps": steps, "grad_cache_chunk": chunk, "precision": precision})
     result = Trainer(model, tokenizer, [BiEncoderJsonFile(f) for f in data["train_files"]], cfg, work / f"{model_name}-{chunk}").train()
     return {
         "model": model_name,

@@ -31,16 +31,16 @@ def measure(precision: str, attention_dropout: float | None, attention: str, ste
     from taser.data.biencoder_json import BiEncoderJsonFile
     from taser.data.passages import read_passages
     from taser.data.qa import read_qa
-    from taser.pipeline.train import build_model
-    from taser.retrieval.encoder import encode_passages, encode_questions
+    from taser.models.encoding import encode_passages, encode_questions
+    from taser.models.loading import load_model
     from taser.runtime import resolve_precision
     from taser.training.config import TrainConfig
     from taser.training.trainer import Trainer
 
     data = prepare_squad_with_bm25(work)
     precision = resolve_precision(precision)
-    model, tokenizer = build_model({**MINILM_CLS, "attention_dropout": attention_dropout, "attention": attention})
-    cfg = TrainConfig.from_dict({**TRAIN, "max_steps": steps, "precision": precision})
+    model, tokenizer = load_model({**MINILM_CLS, "attention_dropout": attention_dropout, "attention": attention})
+    cfg = TrainConfig.from_value({**TRAIN, "max_steps": steps, "precision": precision})
     result = Trainer(model, tokenizer, [BiEncoderJsonFile(f) for f in data["train_files"]], cfg, work / f"timing-{precision}").train()
     passages = list(read_passages(data["passages"]))
     questions = [q.question for q in read_qa(data["qa_file"])]
@@ -75,22 +75,30 @@ def accuracy_runs(work: Path, steps: int, precision: str) -> list:
     return rows
 
 
+def _row(system: str, precision: str, dropout, attention: str, t: dict, ref: dict) -> str:
+    cells = [system, precision, dropout, attention, f"{t['s_per_step']:.2f}", f"{ref['s_per_step'] / t['s_per_step']:.1f}x",
+             f"{t['peak_gb']:.2f}", f"{t['passages_per_s']:.1f}", f"{t['questions_per_s']:.1f}"]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 def table(timings: list[dict], rows: list, args) -> str:
     ref = REFERENCE
     lines = [
         "| system | precision | attention dropout | attention | s/step (median) | steps/s vs reference | peak memory (GB) | passages/s | questions/s |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| DPR reference code | fp32 | 0.1 | eager | {ref['s_per_step']:.2f} | 1.0x | {ref['peak_gb']:.1f} | {ref['passages_per_s']:.1f} | {ref['questions_per_s']:.1f} |",
+        _row("DPR reference code", "fp32", 0.1, "eager", ref, ref),
     ]
-    for t in timings:
-        lines.append(f"| taser `dpr` | {t['precision']} | {t['attention_dropout']} | `{t['attention']}` | {t['s_per_step']:.2f} | {ref['s_per_step'] / t['s_per_step']:.1f}x | {t['peak_gb']:.2f} | {t['passages_per_s']:.1f} | {t['questions_per_s']:.1f} |")
+    lines += [_row("taser `dpr`", t["precision"], t["attention_dropout"], f"`{t['attention']}`", t, ref) for t in timings]
     out = "\n".join(lines) + "\n"
     out += "\nThe reference code's row was measured once on a CPU with native bf16 (AMD EPYC, AVX512-BF16) and is not re-run here.\n"
     if rows:
         from taser.pipeline.experiment import markdown_table
 
         r = ref["top_k"]
-        out += f"\nAccuracy on the 1,971 evaluation questions ({args.accuracy_steps} steps of 16, precision {args.accuracy_precision}); DPR reference code ([CLS], fp32): top-1/5/20/100 {r['1']} / {r['5']} / {r['20']} / {r['100']}.\n\n"
+        out += (
+            f"\nAccuracy on the 1,971 evaluation questions ({args.accuracy_steps} steps of 16, precision {args.accuracy_precision}); "
+            f"DPR reference code ([CLS], fp32): top-1/5/20/100 {r['1']} / {r['5']} / {r['20']} / {r['100']}.\n\n"
+        )
         out += markdown_table(rows)
     return out
 
@@ -119,11 +127,18 @@ def main() -> None:
     settings = [(precision, *attention) for precision in args.precision.split(",") for attention in attentions]
     for precision, attention_dropout, attention in settings:
         extra = ["--attention", attention] + ([] if attention_dropout is None else ["--attention-dropout", str(attention_dropout)])
-        timings.append(measure_in_child(__file__, precision, *extra, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup)))
+        timings.append(
+            measure_in_child(__file__, precision, *extra, "--work", str(args.work), "--timing-steps", str(args.timing_steps), "--warmup", str(args.warmup))
+        )
     rows = [] if args.skip_accuracy else accuracy_runs(args.work, args.accuracy_steps, args.accuracy_precision)
     title = "Speed against the DPR reference code (timing only)" if args.skip_accuracy else "Speed and accuracy against the DPR reference code"
-    text = (f"# {title}\n\n" + f"Command: `{command_line(__file__)}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps).\n\n"
-            + "\n".join(machine_line(p) for p in args.precision.split(",")) + "\n\n" + table(timings, rows, args))
+    text = (
+        f"# {title}\n\n"
+        + f"Command: `{command_line(__file__)}` (timing: {args.timing_steps} steps, median after {args.warmup} warm-up steps).\n\n"
+        + "\n".join(machine_line(p) for p in args.precision.split(","))
+        + "\n\n"
+        + table(timings, rows, args)
+    )
     args.out.write_text(text)
     print(text)
 

@@ -23,7 +23,11 @@ MODELS = [
     ("shared", "shared", {"model_type": "shared"}),
     ("dpr", "dpr", {"model_type": "dpr"}),
     ("taser (T=2, deterministic)", "taser", {"model_type": "taser", "taser": TASER}),
-    ("taser (T=2, learned sequence routing)", "taser-seq", {"model_type": "taser", "taser": {**TASER, "routing": "learned_sequence", "load_balance_weight": 0.01}}),
+    (
+        "taser (T=2, learned sequence routing)",
+        "taser-seq",
+        {"model_type": "taser", "taser": {**TASER, "routing": "learned_sequence", "load_balance_weight": 0.01}},
+    ),
 ]
 
 
@@ -42,9 +46,23 @@ def main() -> None:
     start = time.perf_counter()
     data = prepare_squad_with_bm25(args.work)
     base = {"pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
-    train = {**BASE_TRAIN, "batch_size": args.batch, "learning_rate": args.lr, "warmup_steps": max(1, args.steps // 10), "max_steps": args.steps,
-             "precision": args.train_precision}
-    rows = [evaluate_checkpoint("zero-shot (MiniLM)", save_initial({**base, "model_type": "shared"}, args.work / "zero-shot"), data, args.work / "zero-shot", precision=args.eval_precision)]
+    train = {
+        **BASE_TRAIN,
+        "batch_size": args.batch,
+        "learning_rate": args.lr,
+        "warmup_steps": max(1, args.steps // 10),
+        "max_steps": args.steps,
+        "precision": args.train_precision,
+    }
+    rows = [
+        evaluate_checkpoint(
+            "zero-shot (MiniLM)",
+            save_initial({**base, "model_type": "shared"}, args.work / "zero-shot"),
+            data,
+            args.work / "zero-shot",
+            precision=args.eval_precision,
+        )
+    ]
     for name, slug, model in MODELS:
         rows.append(train_and_evaluate(name, {**base, **model}, train, data, args.work / slug, eval_precision=args.eval_precision))
         print(markdown_table(rows), flush=True)
@@ -55,8 +73,7 @@ def main() -> None:
         f"{machine_line(args.train_precision)} Encoding: {machine_line(args.eval_precision).split('; ')[-1]}\n\n"
         f"Budget: {args.steps} steps of {args.batch} questions, each with its positive and 1 BM25 hard negative (in-batch negatives), "
         f"lr {args.lr}, seed 12345; mean pooling, normalised (MiniLM's own). "
-        f"Whole run: {total / 60:.1f} min. Evaluation: 1,971 questions of the last 10 articles over 2,141 passages.\n\n"
-        + markdown_table(rows)
+        f"Whole run: {total / 60:.1f} min. Evaluation: 1,971 questions of the last 10 articles over 2,141 passages.\n\n" + markdown_table(rows)
     )
     args.out.write_text(text)
     print(text)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage

@@ -11,7 +11,8 @@ from __future__ import annotations
 import codecs
 import json
 import os
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 

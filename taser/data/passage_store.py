@@ -18,8 +18,8 @@ import io
 import logging
 import os
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -201,7 +201,7 @@ class PassageStore:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "PassageStore":
+    def __enter__(self) -> PassageStore:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from taser.data.errors import DataFormatError
 from taser.io import atomic_open

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 import csv
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from taser.data.errors import DataFormatError
 from taser.io import atomic_open

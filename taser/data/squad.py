@@ -76,7 +76,9 @@ def load_squad(path: str | os.PathLike, words_per_passage: int = 100) -> tuple[l
                 for g in golds:
                     start, end = g["answer_start"], g["answer_start"] + len(g["text"]) - 1
                     if context[start : end + 1] != g["text"]:
-                        raise DataFormatError(path, f"article {a}, paragraph {p}, question {qa.get('id')}", f"answer_start {start} does not point at {g['text']!r}")
+                        raise DataFormatError(
+                            path, f"article {a}, paragraph {p}, question {qa.get('id')}", f"answer_start {start} does not point at {g['text']!r}"
+                        )
                     bounds.append((base + _word_index(spans, start), base + _word_index(spans, end)))
                 answers = list(dict.fromkeys(g["text"] for g in golds))
                 located.append((qa["question"].strip(), answers, bounds))

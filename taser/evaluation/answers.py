@@ -16,9 +16,11 @@ import functools
 import re
 import unicodedata
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import regex
+
+from taser.data.config import Match
 
 # Token separator for the joined form below: it is a control character (\p{C}), so no token
 # contains it, and it is neither cased nor case-ignorable, so lower-casing the joined string
@@ -112,8 +114,9 @@ def has_answer(answers: Sequence[str], text: str, match: str = "string") -> bool
     `match` is "string" (token match) or "regex" (CuratedTREC patterns). Pass the passage
     text only, not its title.
     """
+    match = Match.parse(match, "answer match mode")
     if match == "string":
         return _has_string_answer(answers, text)
     if match == "regex":
         return _has_regex_answer(answers, text)
-    raise ValueError(f"unknown answer match mode {match!r}; expected 'string' or 'regex'")
+    raise AssertionError(match)

@@ -11,7 +11,7 @@ missing from the run scores 0 (trec_eval -c), rather than being dropped.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 MRR_CUTOFF = 10
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from taser.data.passage_store import PassageStore
 from taser.data.passages import Passage

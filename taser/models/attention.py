@@ -26,10 +26,11 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-__all__ = ["ATTENTION_IMPLEMENTATIONS", "ChunkedDropoutAttention", "TASER_SDPA", "chunked_dropout_attention"]
+from taser.models.config import TASER_SDPA, Attention
 
-TASER_SDPA = "taser_sdpa"
-ATTENTION_IMPLEMENTATIONS = (TASER_SDPA, "sdpa", "eager")
+__all__ = ["ATTENTION_IMPLEMENTATIONS", "Attention", "ChunkedDropoutAttention", "TASER_SDPA", "chunked_dropout_attention"]
+
+ATTENTION_IMPLEMENTATIONS = Attention.names()
 DROPOUT_RESOLUTION = 1 << 15  # the drop probability is rounded to a multiple of 2**-15
 CHUNK_ELEMENTS = 1 << 20  # about 4 MB of fp32 scores per chunk
 

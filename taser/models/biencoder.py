@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,20 +22,37 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from taser.io import atomic_dir
-from taser.models.attention import ATTENTION_IMPLEMENTATIONS, TASER_SDPA
+from taser.models.attention import TASER_SDPA, Attention
 from taser.models.config import BiEncoderConfig
 from taser.models.pooling import pool
 from taser.models.pretrained import native_pooling, resolve_pretrained
+from taser.models.routers import AuxLoss
 
 SIDES = ("question", "passage")
 CHECKPOINT_FORMAT = "taser-biencoder"
 
 
+@dataclass
+class BiEncoderOutput:
+    questions: torch.Tensor | None  # (B, d) vectors, None when no questions were given
+    passages: torch.Tensor | None  # (N, d)
+    aux_loss: AuxLoss | None  # the routing loss of this call (TASER learned routing), else None
+
+
+def mean_aux_loss(parts: list[AuxLoss | None]) -> AuxLoss | None:
+    """The mean of the passes' routing losses (each pass weighs the same), None when none has one."""
+    present = [a for a in parts if a is not None]
+    if not present:
+        return None
+    total = sum((a.total for a in present[1:]), present[0].total) / len(present)
+    keys = present[0].parts
+    return AuxLoss(total, {k: sum(a.parts[k] for a in present) / len(present) for k in keys})
+
+
 def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module:
     """`attn`: `taser_sdpa` (SDPA, with a lean kernel for CPU attention dropout; see
     `taser.models.attention`), or transformers' own `sdpa` or `eager`."""
-    if attn not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(f"unknown attention implementation {attn!r}; expected one of {ATTENTION_IMPLEMENTATIONS}")
+    attn = Attention.parse(attn, "attention implementation").value
     if isinstance(source, str):
         return AutoModel.from_pretrained(source, attn_implementation=attn)
     return AutoModel.from_config(source, attn_implementation=attn)
@@ -43,12 +61,12 @@ def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module
 class BiEncoder(nn.Module):
     def __init__(self, config: BiEncoderConfig, question_encoder: nn.Module, passage_encoder: nn.Module | None = None):
         super().__init__()
-        if (config.model_type == "dpr") != (passage_encoder is not None):
-            raise ValueError("a 'dpr' model has two encoders; 'shared' and 'taser' have one")
+        if config.kind.two_encoders != (passage_encoder is not None):
+            raise ValueError(f"a '{config.model_type}' model has {'two encoders' if config.kind.two_encoders else 'one encoder'}")
         self.config = config
         self.question_encoder = question_encoder
         self.passage_encoder = passage_encoder
-        if config.model_type == "taser":
+        if config.kind.specialised:
             from taser.models.taser_encoder import specialize_encoder
 
             specialize_encoder(self.question_encoder, config.taser)
@@ -63,7 +81,7 @@ class BiEncoder(nn.Module):
         normalize: bool | str = "auto",
         attention: str = TASER_SDPA,
         **config_kwargs,
-    ) -> "BiEncoder":
+    ) -> BiEncoder:
         """Initialise every encoder from one pretrained BERT-family model (path or hub name)."""
         path = resolve_pretrained(pretrained)
         own_pooling, own_normalize = native_pooling(path)
@@ -75,7 +93,7 @@ class BiEncoder(nn.Module):
             **config_kwargs,
         )
         q = _load_encoder(path, attention)
-        p = _load_encoder(path, attention) if model_type == "dpr" else None
+        p = _load_encoder(path, attention) if config.kind.two_encoders else None
         return cls(config, q, p)
 
     @property
@@ -90,21 +108,32 @@ class BiEncoder(nn.Module):
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
 
     # -- encoding ----------------------------------------------------------------------
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
+    def encode_with_routing(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> tuple[torch.Tensor, AuxLoss | None]:
+        """Vectors of inputs of type `side`, and this pass's routing loss (TASER learned routing; else None)."""
         encoder = self.encoder_for(side)
-        if self.config.model_type == "taser":
-            from taser.models.taser_encoder import input_type
+        aux = None
+        if self.config.kind.specialised:
+            from taser.models.taser_encoder import encode
 
-            with input_type(encoder, side):
-                hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden, aux = encode(encoder, input_ids, attention_mask, side)
         else:
             hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return pool(hidden, attention_mask, self.config.pooling, self.config.normalize)
+        return pool(hidden, attention_mask, self.config.pooling, self.config.normalize), aux
 
-    def forward(self, questions: dict | None = None, passages: dict | None = None):
-        q = self.encode(questions["input_ids"], questions["attention_mask"], "question") if questions else None
-        p = self.encode(passages["input_ids"], passages["attention_mask"], "passage") if passages else None
-        return q, p
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
+        return self.encode_with_routing(input_ids, attention_mask, side)[0]
+
+    def forward(self, questions: dict | None = None, passages: dict | None = None) -> BiEncoderOutput:
+        """Question and passage vectors (either may be left out) and the routing loss of both passes."""
+        q = p = None
+        auxes = []
+        if questions:
+            q, aux = self.encode_with_routing(questions["input_ids"], questions["attention_mask"], "question")
+            auxes.append(aux)
+        if passages:
+            p, aux = self.encode_with_routing(passages["input_ids"], passages["attention_mask"], "passage")
+            auxes.append(aux)
+        return BiEncoderOutput(q, p, mean_aux_loss(auxes))
 
     def set_dropout(self, hidden: float | None = None, attention: float | None = None) -> None:
         """Override the checkpoint's dropout rates (None keeps one). They are saved with the model.
@@ -124,14 +153,6 @@ class BiEncoder(nn.Module):
             if attention is not None:
                 encoder.config.attention_probs_dropout_prob = float(attention)
 
-    def aux_loss(self):
-        """The `AuxLoss` of the forward passes since the last call (TASER learned routing), else None."""
-        if self.config.model_type != "taser":
-            return None
-        from taser.models.taser_encoder import collect_aux_loss
-
-        return collect_aux_loss(self.question_encoder)
-
     # -- persistence -------------------------------------------------------------------
     def save(self, directory: str | os.PathLike, tokenizer=None) -> None:
         with atomic_dir(directory) as tmp:
@@ -148,7 +169,7 @@ class BiEncoder(nn.Module):
             tokenizer.save_pretrained(str(directory))
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, expected_type: str | None = None, attention: str = TASER_SDPA) -> "BiEncoder":
+    def load(cls, directory: str | os.PathLike, expected_type: str | None = None, attention: str = TASER_SDPA) -> BiEncoder:
         directory = Path(directory)
         config, raw = read_checkpoint_config(directory)
         if expected_type is not None and config.model_type != expected_type:
@@ -158,7 +179,7 @@ class BiEncoder(nn.Module):
             raise FileNotFoundError(f"checkpoint {directory} has a config.json but no model.safetensors")
         enc_config = AutoConfig.for_model(**raw)
         q = _load_encoder(enc_config, attention)
-        p = _load_encoder(enc_config, attention) if config.model_type == "dpr" else None
+        p = _load_encoder(enc_config, attention) if config.kind.two_encoders else None
         model = cls(config, q, p)
         state = load_file(str(weights))
         missing, unexpected = model.load_state_dict(state, strict=False)
@@ -185,18 +206,3 @@ def read_checkpoint_config(directory: str | os.PathLike) -> tuple[BiEncoderConfi
 
 def load_tokenizer(source: str | os.PathLike):
     return AutoTokenizer.from_pretrained(resolve_pretrained(str(source)))
-
-
-def load_biencoder(checkpoint_or_pretrained: str, model_type: str = "dpr", **kwargs) -> BiEncoder:
-    """A taser checkpoint directory if it is one, else a fresh bi-encoder from pretrained weights.
-
-    `kwargs` go to `BiEncoder.from_pretrained`; of them, a checkpoint takes only `attention`
-    (its pooling and other settings are its own).
-    """
-    try:
-        read_checkpoint_config(checkpoint_or_pretrained)
-    except (FileNotFoundError, NotACheckpointError):
-        # a hub name, or a plain encoder directory (from_pretrained checks the path)
-        return BiEncoder.from_pretrained(checkpoint_or_pretrained, model_type=model_type, **kwargs)
-    load_kwargs = {"attention": kwargs["attention"]} if "attention" in kwargs else {}
-    return BiEncoder.load(checkpoint_or_pretrained, expected_type=model_type, **load_kwargs)

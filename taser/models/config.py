@@ -5,8 +5,48 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-MODEL_TYPES = ("dpr", "shared", "taser")
-SIMILARITIES = ("dot", "cosine", "l2")
+from taser.choice import Choice
+
+
+class ModelType(Choice):
+    dpr = "dpr"  # two encoders (question, passage)
+    shared = "shared"  # one encoder for both
+    taser = "taser"  # one encoder with input-type-specialised blocks
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """What a model type is made of; code asks these questions instead of comparing names."""
+
+    two_encoders: bool  # a question encoder and a separately parameterised passage encoder
+    specialised: bool  # one encoder with TASER's input-type experts
+
+
+MODEL_KINDS = {
+    ModelType.dpr: ModelKind(two_encoders=True, specialised=False),
+    ModelType.shared: ModelKind(two_encoders=False, specialised=False),
+    ModelType.taser: ModelKind(two_encoders=False, specialised=True),
+}
+
+
+class Similarity(Choice):
+    dot = "dot"
+    cosine = "cosine"
+    l2 = "l2"  # negative squared Euclidean distance
+
+
+TASER_SDPA = "taser_sdpa"
+
+
+class Attention(Choice):
+    taser_sdpa = TASER_SDPA  # SDPA, with the chunked kernel for CPU training with attention dropout
+    sdpa = "sdpa"  # transformers' own
+    eager = "eager"
+
+
+class Pooling(Choice):
+    cls = "cls"
+    mean = "mean"
 
 
 @dataclass
@@ -22,18 +62,19 @@ class BiEncoderConfig:
     taser: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.model_type not in MODEL_TYPES:
-            raise ValueError(f"unknown model_type {self.model_type!r}; expected one of {MODEL_TYPES}")
-        if self.similarity not in SIMILARITIES:
-            raise ValueError(f"unknown similarity {self.similarity!r}; expected one of {SIMILARITIES}")
-        if self.pooling not in ("cls", "mean"):
-            raise ValueError(f"unknown pooling {self.pooling!r}; expected 'cls' or 'mean'")
+        self.model_type = ModelType.parse(self.model_type, "model_type").value
+        self.similarity = Similarity.parse(self.similarity, "similarity").value
+        self.pooling = Pooling.parse(self.pooling, "pooling").value
+
+    @property
+    def kind(self) -> ModelKind:
+        return MODEL_KINDS[ModelType(self.model_type)]
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BiEncoderConfig":
+    def from_dict(cls, d: dict) -> BiEncoderConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:

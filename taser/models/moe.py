@@ -4,7 +4,7 @@ Each expert is a copy of the pretrained sub-layer it replaces, so before trainin
 computes what the pretrained block computes. Only the experts chosen run, each on its own
 inputs:
 
-- deterministic routing: the expert of the input type (`RoutingState.side`) on the whole batch;
+- deterministic routing: the expert of the input type (`RoutingContext.side`) on the whole batch;
 - learned routing: the units (rows, or tokens) are sorted by expert, each expert runs on its
   contiguous slice, and the outputs are scattered back (`dispatch`); the output of a unit is
   multiplied by its straight-through gate (1 in value) so the gate receives gradients.
@@ -15,12 +15,12 @@ its tokens (attention needs the whole sequence as keys and values) and keeps its
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from taser.models.routers import SIDE_EXPERT, LearnedRouter, Routing, RoutingState
+from taser.models.routers import SIDE_EXPERT, LearnedRouter, Routing, RoutingContext
 
 LEARNED = ("learned_sequence", "learned_token")
 
@@ -60,66 +60,76 @@ class FFNExpert(nn.Module):
 class MixtureOfExperts(nn.Module):
     """Experts plus the way inputs are routed to them.
 
-    `router` is owned (registered) by this module unless `own_router` is False, as for a gate
-    shared by several layers and registered once elsewhere (no duplicate state-dict entries).
+    A learned layer has its own `router`, or none when every layer shares the encoder's gate,
+    which then arrives with the pass's `RoutingContext` (it is registered once, on the encoder).
     """
 
-    def __init__(
-        self,
-        experts: list[nn.Module],
-        routing: str,
-        state: RoutingState,
-        router: LearnedRouter | None = None,
-        own_router: bool = True,
-    ):
+    def __init__(self, experts: list[nn.Module], routing: str, router: LearnedRouter | None = None, learned_shared: bool = False):
         super().__init__()
-        if (routing in LEARNED) != (router is not None):
-            raise ValueError(f"routing {routing!r} {'needs' if routing in LEARNED else 'takes no'} router")
+        if routing in LEARNED and router is None and not learned_shared:
+            raise ValueError(f"routing {routing!r} needs a router (its own, or the encoder's shared gate)")
+        if routing not in LEARNED and router is not None:
+            raise ValueError(f"routing {routing!r} takes no router")
         self.experts = nn.ModuleList(experts)
         self.routing = routing
-        self._state = state
-        if router is not None and own_router:
-            self.router = router
-        else:
-            self._borrowed_router = (router,)  # a tuple: not registered as a sub-module
+        self.router = router
 
     @property
     def num_experts(self) -> int:
         return len(self.experts)
 
-    def gate(self) -> LearnedRouter | None:
-        return self.router if "router" in self._modules else self._borrowed_router[0]
-
-    def expert_for_side(self) -> int:
-        side = self._state.side
-        if side not in SIDE_EXPERT:
+    @staticmethod
+    def context(taser_routing: RoutingContext | None) -> RoutingContext:
+        if taser_routing is None:
             raise RuntimeError(
-                "deterministic routing needs the input type: encode inside "
-                "taser.models.taser_encoder.input_type(encoder, 'question' | 'passage')"
+                "a TASER encoder needs the input type: call it with taser_routing=RoutingContext('question' | 'passage', ...) "
+                "(BiEncoder.encode does)"
             )
-        return SIDE_EXPERT[side]
+        return taser_routing
 
-    def route(self, units: torch.Tensor, mask: torch.Tensor | None = None) -> Routing:
-        routing = self.gate()(units)
-        self._state.record(routing, mask)
+    def expert_for_side(self, taser_routing: RoutingContext | None) -> int:
+        return SIDE_EXPERT[self.context(taser_routing).side]
+
+    def route(self, units: torch.Tensor, taser_routing: RoutingContext | None, mask: torch.Tensor | None = None) -> Routing:
+        ctx = self.context(taser_routing)
+        gate = self.router if self.router is not None else ctx.shared_gate
+        if gate is None:
+            raise RuntimeError("this layer routes with the encoder's shared gate, but the RoutingContext carries none")
+        routing = gate(units)
+        ctx.record(routing, mask)
         return routing
 
 
 class MoEFeedForward(MixtureOfExperts):
-    """Replaces a block's `output` module while its `intermediate` becomes a pass-through, so
-    the block's `output(intermediate(x), x)` call reaches `forward(x, x)`."""
+    """The FFN sub-layer of a specialised block: each expert is a copy of the pretrained FFN
+    (intermediate dense + activation, output dense + dropout + residual LayerNorm)."""
 
-    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
-        x = input_tensor
+    def forward(self, x: torch.Tensor, taser_routing: RoutingContext | None = None) -> torch.Tensor:
         if self.routing == "deterministic":
-            return self.experts[self.expert_for_side()](x)
+            return self.experts[self.expert_for_side(taser_routing)](x)
         if self.routing == "learned_sequence":
-            routing = self.route(x[:, 0])
+            routing = self.route(x[:, 0], taser_routing)
             return dispatch(routing, self.num_experts, lambda e, idx: self.experts[e](x.index_select(0, idx)))
         flat = x.reshape(-1, x.shape[-1])
-        routing = self.route(flat, self._state.mask_for(x.shape[:2]))
+        routing = self.route(flat, taser_routing, self.context(taser_routing).flat_mask(x.shape[:2]))
         out = dispatch(routing, self.num_experts, lambda e, idx: self.experts[e](flat.index_select(0, idx)))
         return out.view_as(x)
+
+
+class SpecializedBlock(nn.Module):
+    """A Transformer block whose FFN is a mixture of experts: the block's own attention, then
+    `output` (a `MoEFeedForward`). It replaces the pretrained block in the encoder's block list
+    and is called as the block was, with the pass's `taser_routing` among the keyword arguments."""
+
+    def __init__(self, attention: nn.Module, output: MoEFeedForward):
+        super().__init__()
+        self.attention = attention
+        self.output = output
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask=None, *args, taser_routing: RoutingContext | None = None, **kwargs):
+        kwargs.pop("encoder_hidden_states", None), kwargs.pop("encoder_attention_mask", None)  # encoder-only models
+        attended, _ = self.attention(hidden_states, attention_mask, **kwargs)
+        return self.output(attended, taser_routing)
 
 
 def _mask_rows(mask, rows: torch.Tensor, batch: int):
@@ -139,9 +149,9 @@ class MoEAttention(MixtureOfExperts):
     """Replaces a block's `attention` module (self-attention + output dense/LayerNorm);
     each expert is a copy of it, called with the block's arguments."""
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask=None, *args, **kwargs):
+    def forward(self, hidden_states: torch.Tensor, attention_mask=None, *args, taser_routing: RoutingContext | None = None, **kwargs):
         if self.routing == "deterministic":
-            return self.experts[self.expert_for_side()](hidden_states, attention_mask, *args, **kwargs)
+            return self.experts[self.expert_for_side(taser_routing)](hidden_states, attention_mask, *args, **kwargs)
         batch, length, width = hidden_states.shape
 
         def run_rows(e: int, rows: torch.Tensor) -> torch.Tensor:
@@ -149,10 +159,10 @@ class MoEAttention(MixtureOfExperts):
             return self.experts[e](x, _mask_rows(attention_mask, rows, batch), *args, **kwargs)[0]
 
         if self.routing == "learned_sequence":
-            return dispatch(self.route(hidden_states[:, 0]), self.num_experts, run_rows), None
+            return dispatch(self.route(hidden_states[:, 0], taser_routing), self.num_experts, run_rows), None
 
         flat = hidden_states.reshape(-1, width)
-        routing = self.route(flat, self._state.mask_for((batch, length)))
+        routing = self.route(flat, taser_routing, self.context(taser_routing).flat_mask((batch, length)))
         choice = routing.choice.view(batch, length)
 
         def run_tokens(e: int, idx: torch.Tensor) -> torch.Tensor:

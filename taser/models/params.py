@@ -26,7 +26,7 @@ def count(module: nn.Module | None) -> int:
     return 0 if module is None else sum(p.numel() for p in module.parameters())
 
 
-def _idle_expert_params(model: "BiEncoder", side: str) -> int:
+def _idle_expert_params(model: BiEncoder, side: str) -> int:
     idle = 0
     for moe in moe_modules(model.question_encoder):
         sizes = [count(expert) for expert in moe.experts]
@@ -36,17 +36,17 @@ def _idle_expert_params(model: "BiEncoder", side: str) -> int:
     return idle
 
 
-def parameter_report(model: "BiEncoder") -> dict:
+def parameter_report(model: BiEncoder) -> dict:
     """`total`, `active_question`, `active_passage` parameter counts."""
     total = count(model)
-    kind = model.config.model_type
-    if kind == "dpr":
+    kind = model.config.kind
+    if kind.two_encoders:
         outside = total - count(model.question_encoder) - count(model.passage_encoder)
         active_q = count(model.question_encoder) + outside
         active_p = count(model.passage_encoder) + outside
-    elif kind == "taser":
+    elif kind.specialised:
         active_q = total - _idle_expert_params(model, "question")
         active_p = total - _idle_expert_params(model, "passage")
     else:
         active_q = active_p = total
-    return {"model_type": kind, "total": total, "active_question": active_q, "active_passage": active_p}
+    return {"model_type": model.config.model_type, "total": total, "active_question": active_q, "active_passage": active_p}

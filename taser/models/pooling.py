@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-POOLINGS = ("cls", "mean")
+from taser.models.config import Pooling
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str, normalize: bool = False) -> torch.Tensor:
@@ -15,7 +15,8 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str, normaliz
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         vec = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
     else:
-        raise ValueError(f"unknown pooling {mode!r}; expected one of {POOLINGS}")
+        Pooling.parse(mode, "pooling")  # raises: the message names the allowed values
+        raise AssertionError(mode)
     if normalize:
         vec = F.normalize(vec.float(), dim=-1).to(vec.dtype)
     return vec

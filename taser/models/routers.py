@@ -1,20 +1,20 @@
 """Routing: which expert handles an input, and the auxiliary losses on that decision.
 
 - Deterministic routing (TASER's default) needs no parameters: questions go to expert 0,
-  passages to expert 1 (`SIDE_EXPERT`); the input type comes from `RoutingState.side`.
+  passages to expert 1 (`SIDE_EXPERT`); the input type comes from `RoutingContext.side`.
 - Learned routing uses a `LearnedRouter` (a linear gate) over the routed unit's state: the
   `[CLS]` state for one decision per input, each token's state for one decision per token.
   Training samples a hard choice with Gumbel-softmax (straight-through gradient); inference
   takes the argmax of the gate's logits.
 
-`RoutingState` is the per-encoder context the mixture-of-experts modules share: the input type
-being encoded, the token mask of the current batch, and the auxiliary losses accumulated since
-the trainer last collected them.
+A `RoutingContext` travels with each forward pass (an argument, not module state): the input
+type, the token mask, and the decisions of the learned routers, from which `aux_loss` computes
+the auxiliary losses that the bi-encoder returns with the vectors.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -86,66 +86,64 @@ def router_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class AuxLoss:
-    """Routing losses accumulated over forward passes.
+    """Routing losses of one forward pass (or several, averaged).
 
-    `total` is the weighted sum that goes into the training objective (differentiable);
-    `parts` holds the unweighted values (`load_balance`, `entropy`) for logging.
+    `total` is the weighted sum that goes into the training objective (differentiable where
+    the pass ran with autograd); `parts` holds the unweighted values (`load_balance`, `entropy`).
     """
 
     total: torch.Tensor
     parts: dict[str, float]
 
 
-class RoutingState:
-    """What the specialised modules of one encoder share while it encodes.
+@dataclass
+class RouterRecord:
+    """What one learned router decided in one forward pass (padding tokens left out)."""
 
-    Auxiliary losses are recorded only by forward passes run with autograd enabled (a pass
-    under `torch.no_grad()` -- evaluation, the first pass of a gradient cache -- cannot feed a
-    loss), as running sums, and averaged over every (specialised layer, forward pass) record at
-    `collect()`: the weight does not scale with the number of specialised layers or of passes.
+    logits: torch.Tensor  # (N, E) float32
+    choice: torch.Tensor  # (N,)
+
+
+@dataclass
+class RoutingContext:
+    """What a TASER encoder routes by in one forward pass, and what its routers decided.
+
+    The bi-encoder makes one per pass and hands it to the encoder as the keyword argument
+    `taser_routing`, which the Hugging Face model passes down to every block: deterministic
+    experts read `side`; learned ones read `token_mask` and `shared_gate` and append their
+    decisions to `records`. The bi-encoder returns the records and their loss with the vectors.
     """
 
-    def __init__(self, learned: bool, load_balance_weight: float = 0.0, entropy_weight: float = 0.0):
-        self.learned = learned  # False under deterministic routing: nothing to record or collect
-        self.load_balance_weight = load_balance_weight
-        self.entropy_weight = entropy_weight
-        self.side: str | None = None
-        self.token_mask: torch.Tensor | None = None  # (B, T) of the current batch, when known
-        self._reset()
+    side: str
+    token_mask: torch.Tensor | None = None  # (B, T) of this batch
+    shared_gate: LearnedRouter | None = None  # the encoder's gate when all layers share one
+    records: list[RouterRecord] = field(default_factory=list)
 
-    def _reset(self) -> None:
-        self._total: torch.Tensor | None = None
-        self._parts: dict[str, torch.Tensor] = {}
-        self._count = 0
+    def __post_init__(self):
+        if self.side not in SIDE_EXPERT:
+            raise ValueError(f"input type must be one of {tuple(SIDE_EXPERT)}, got {self.side!r}")
 
-    def mask_for(self, shape: torch.Size) -> torch.Tensor | None:
-        """The current token mask flattened to (B*T,) bool, if it matches `shape` (B, T)."""
+    def flat_mask(self, shape: torch.Size) -> torch.Tensor | None:
+        """The token mask flattened to (B*T,) bool, if it matches `shape` (B, T)."""
         mask = self.token_mask
         if mask is None or tuple(mask.shape) != tuple(shape):
             return None
         return mask.reshape(-1).bool()
 
     def record(self, routing: Routing, mask: torch.Tensor | None = None) -> None:
-        if not torch.is_grad_enabled():
-            return
         logits, choice = routing.logits, routing.choice
         if mask is not None:
             logits, choice = logits[mask], choice[mask]
-        if choice.numel() == 0:
-            return
-        parts = {"load_balance": load_balance_loss(logits, choice), "entropy": router_entropy(logits)}
-        total = self.load_balance_weight * parts["load_balance"] + self.entropy_weight * parts["entropy"]
-        self._total = total if self._total is None else self._total + total
-        for name, value in parts.items():
-            value = value.detach()
-            self._parts[name] = value if name not in self._parts else self._parts[name] + value
-        self._count += 1
+        if choice.numel():
+            self.records.append(RouterRecord(logits, choice))
 
-    def collect(self) -> AuxLoss | None:
-        """The mean of the records since the last call (then cleared); None if there were none."""
-        if self._count == 0:
-            return None
-        count = self._count
-        aux = AuxLoss(self._total / count, {name: float(value) / count for name, value in self._parts.items()})
-        self._reset()
-        return aux
+
+def aux_loss(records: list[RouterRecord], load_balance_weight: float, entropy_weight: float) -> AuxLoss | None:
+    """The weighted routing loss averaged over `records` (every layer of every pass counts once,
+    so the weight does not scale with the number of specialised layers); None without records."""
+    if not records:
+        return None
+    load_balance = torch.stack([load_balance_loss(r.logits, r.choice) for r in records]).mean()
+    entropy = torch.stack([router_entropy(r.logits) for r in records]).mean()
+    total = load_balance_weight * load_balance + entropy_weight * entropy
+    return AuxLoss(total, {"load_balance": float(load_balance.detach()), "entropy": float(entropy.detach())})

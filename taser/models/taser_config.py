@@ -10,8 +10,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-SPECIALIZE = ("ffn", "attention")
-ROUTINGS = ("deterministic", "learned_sequence", "learned_token")
+from taser.choice import Choice
+
+
+class Specialize(Choice):
+    ffn = "ffn"
+    attention = "attention"
+
+
+class Routing(Choice):
+    deterministic = "deterministic"  # questions to expert 0, passages to expert 1
+    learned_sequence = "learned_sequence"  # a gate on [CLS] picks one expert per input
+    learned_token = "learned_token"  # a gate picks one expert per token
 
 
 def layout(num_layers: int, specialize_every: int) -> list[int]:
@@ -35,8 +45,8 @@ def _is_number(value: Any) -> bool:
 class TaserConfig:
     specialize_every: int = 2
     specialized_layers: list[int] | None = None
-    specialize: str = "ffn"
-    routing: str = "deterministic"
+    specialize: Specialize = Specialize.ffn
+    routing: Routing = Routing.deterministic
     num_experts: int = 2
     shared_gate: bool = False
     gumbel_tau: float = 1.0
@@ -48,14 +58,19 @@ class TaserConfig:
         return self.routing != "deterministic"
 
     @classmethod
-    def resolve(cls, settings: dict | None, num_layers: int) -> "TaserConfig":
-        """Validate `settings` against an encoder of `num_layers` blocks; raise ValueError if wrong."""
+    def from_dict(cls, settings: dict | None) -> TaserConfig:
+        """The settings of a dict, unknown keys refused (not yet checked against an encoder)."""
         settings = dict(settings or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(settings) - known)
         if unknown:
             raise ValueError(f"unknown taser settings {unknown}; known: {sorted(known)}")
-        cfg = cls(**settings)
+        return cls(**settings)
+
+    @classmethod
+    def resolve(cls, settings: dict | TaserConfig | None, num_layers: int) -> TaserConfig:
+        """Validate `settings` against an encoder of `num_layers` blocks; raise ValueError if wrong."""
+        cfg = cls.from_dict(asdict(settings) if isinstance(settings, TaserConfig) else settings)
         cfg._validate(num_layers)
         return cfg
 
@@ -84,10 +99,8 @@ class TaserConfig:
             layers = sorted(layers)
         self.specialized_layers = layers
 
-        if self.specialize not in SPECIALIZE:
-            raise ValueError(f"taser.specialize must be one of {SPECIALIZE}, got {self.specialize!r}")
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"taser.routing must be one of {ROUTINGS}, got {self.routing!r}")
+        self.specialize = Specialize.parse(self.specialize, "taser.specialize").value
+        self.routing = Routing.parse(self.routing, "taser.routing").value
         if not _is_int(self.num_experts) or self.num_experts < 2:
             raise ValueError(f"taser.num_experts must be an integer >= 2, got {self.num_experts!r}")
         if self.routing == "deterministic" and self.num_experts != 2:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from taser.data.squad import convert_squad
@@ -12,22 +13,22 @@ from taser.io import atomic_open
 from taser.models.biencoder import read_checkpoint_config
 from taser.pipeline.evaluate import evaluate_bm25, evaluate_hybrid
 from taser.pipeline.experiment import Row, evaluate_checkpoint, markdown_table, save_initial, train_and_evaluate
+from taser.pipeline.jobs import DemoJob
 from taser.pipeline.mine import mine_negatives
 from taser.retrieval.bm25 import BM25Settings
-from taser.retrieval.hybrid import DPR_LAMBDA
 from taser.runtime import describe_hardware, precision_record
 
 log = logging.getLogger(__name__)
 
 
-def run_demo(cfg: dict) -> str:
-    out = Path(cfg["out_dir"])
+def run_demo(cfg: DemoJob) -> str:
+    out = Path(cfg.out_dir)
     times: dict[str, float] = {}
-    runtime = precision_record(cfg["precision"])
-    train_runtime = precision_record(cfg["train"]["precision"])
+    runtime = precision_record(cfg.precision)
+    train_runtime = precision_record(cfg.train.precision)
     log.info("demo on %s: training in %s, encoding in %s", describe_hardware(), train_runtime["precision"], runtime["precision"])
     t = time.perf_counter()
-    summary = convert_squad(cfg["squad_json"], out / "data", train_articles=cfg.get("train_articles", 30))
+    summary = convert_squad(cfg.squad_json, out / "data", train_articles=cfg.train_articles)
     times["prepare data"] = time.perf_counter() - t
     data = {
         "passages": str(out / "data" / "passages.tsv"),
@@ -41,29 +42,29 @@ def run_demo(cfg: dict) -> str:
     rows += bm25_rows
 
     t = time.perf_counter()
-    initial = save_initial(cfg["model"], out / "zero-shot")
-    rows.append(evaluate_checkpoint("zero-shot (initial model)", initial, data, out / "zero-shot", precision=cfg["precision"]))
+    initial = save_initial(cfg.model, out / "zero-shot")
+    rows.append(evaluate_checkpoint("zero-shot (initial model)", initial, data, out / "zero-shot", precision=cfg.precision))
     times["zero-shot: encode + index + evaluate"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    trained = train_and_evaluate(f"{cfg['model']['model_type']} trained", cfg["model"], cfg["train"], data, out / "trained", eval_precision=cfg["precision"])
+    trained = train_and_evaluate(f"{cfg.model.model_type} trained", cfg.model, cfg.train, data, out / "trained", eval_precision=cfg.precision)
     rows.append(trained)
     times["train"] = trained.stage_seconds["train"]
     times["trained: encode + index + evaluate"] = time.perf_counter() - t - trained.stage_seconds["train"]
     rows += hybrid_stage(cfg, out, data, times, trained=out / "trained")
 
-    tr = cfg["train"]
+    tr = cfg.train
     model_config = read_checkpoint_config(out / "trained" / "final")[0]
     text = (
         "# taser demo: SQuAD benchmark (shipped data), all-MiniLM-L6-v2\n\n"
         f"Corpus: {summary['passages']} passages ({summary['train']['articles'] + summary['dev']['articles']} articles, 100 words); "
         f"evaluation: {summary['dev']['questions']} questions (last {summary['dev']['articles']} articles); "
         f"training: {summary['train']['with_positive']} questions with a positive (first {summary['train']['articles']} articles).\n"
-        f"Training: {tr['max_steps']} steps of {tr['batch_size']} questions + {tr['hard_negatives']} {hard_note} hard negative(s) each, "
-        f"lr {tr['learning_rate']}, {model_config.pooling} pooling"
+        f"Training: {tr.max_steps} steps of {tr.batch_size} questions + {tr.hard_negatives} {hard_note} hard negative(s) each, "
+        f"lr {tr.learning_rate}, {model_config.pooling} pooling"
         f"{', normalised' if model_config.normalize else ''}, {model_config.similarity} similarity.\n"
-        f"Machine: {describe_hardware()}; training in {train_runtime['precision']} (precision={tr['precision']}), "
-        f"encoding in {runtime['precision']} (precision={cfg['precision']}).\n\n"
+        f"Machine: {describe_hardware()}; training in {train_runtime['precision']} (precision={tr.precision}), "
+        f"encoding in {runtime['precision']} (precision={cfg.precision}).\n\n"
         + markdown_table(rows)
         + "\n## Stage times (s)\n\n| stage | seconds |\n|---|---|\n"
         + "".join(f"| {k} | {v:.1f} |\n" for k, v in times.items())
@@ -73,18 +74,17 @@ def run_demo(cfg: dict) -> str:
     return text
 
 
-def _bm25_settings(cfg: dict, out: Path) -> BM25Settings:
-    b = cfg["bm25"]
-    return BM25Settings(b["backend"], b["k1"], b["b"], index_dir=str(out / "bm25" / "index"))
+def _bm25_settings(cfg: DemoJob, out: Path) -> BM25Settings:
+    return replace(cfg.bm25, index_dir=cfg.bm25.index_dir or str(out / "bm25" / "index"))
 
 
-def bm25_stages(cfg: dict, out: Path, data: dict, times: dict) -> tuple[list[Row], str]:
+def bm25_stages(cfg: DemoJob, out: Path, data: dict, times: dict) -> tuple[list[Row], str]:
     """The BM25 baseline row, then BM25 hard negatives for the training questions.
 
     `data["train_files"]` is replaced by the mined file, so the trained model sees BM25 hard
     negatives. A no-op (random negatives) when BM25 is disabled.
     """
-    if not cfg["bm25"]["enabled"]:
+    if not cfg.use_bm25:
         return [], "random"
     settings = _bm25_settings(cfg, out)
     t = time.perf_counter()
@@ -97,20 +97,20 @@ def bm25_stages(cfg: dict, out: Path, data: dict, times: dict) -> tuple[list[Row
     t = time.perf_counter()
     mined = out / "data" / "train.bm25.json"
     mine_negatives(data["train_files"][0], data["passages"], mined, retriever="bm25", match=data["match"], bm25=settings,
-                   progress=cfg["train"].get("progress", True))
+                   progress=cfg.train.progress)
     times["BM25: mine hard negatives"] = time.perf_counter() - t
     data["train_files"] = [str(mined)]
     return [row], "BM25"
 
 
-def hybrid_stage(cfg: dict, out: Path, data: dict, times: dict, trained: Path | None = None) -> list[Row]:
+def hybrid_stage(cfg: DemoJob, out: Path, data: dict, times: dict, trained: Path | None = None) -> list[Row]:
     """DPR's hybrid: the trained model's and BM25's top-100 fused by bm25 + λ·dense on the dev questions."""
-    if not cfg["bm25"]["enabled"] or trained is None:
+    if not cfg.use_bm25 or trained is None:
         return []
-    lam = cfg["bm25"].get("hybrid_lambda", DPR_LAMBDA)
+    lam, rule = cfg.hybrid.dense_weight, cfg.hybrid.rule
     t = time.perf_counter()
     results = evaluate_hybrid(trained / "final", trained / "index", data["qa_file"], data["passages"], out / "hybrid",
-                              k=100, match=data["match"], bm25=_bm25_settings(cfg, out), lam=lam, rule="dpr",
-                              precision=cfg["precision"])
+                              k=100, match=data["match"], bm25=_bm25_settings(cfg, out), lam=lam, rule=rule,
+                              candidates=cfg.hybrid.candidates, precision=cfg.precision)
     times["hybrid: retrieve + evaluate"] = time.perf_counter() - t
     return [Row(f"hybrid (BM25 + dense, λ={lam:g})", results["top_k"], stage_seconds={"evaluate": times["hybrid: retrieve + evaluate"]})]

@@ -6,13 +6,13 @@ import itertools
 import logging
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
 from taser.data.passages import read_passages
+from taser.models.encoding import encode_passages
+from taser.models.loading import load_checkpoint
 from taser.retrieval.embeddings import save_shard, shard_path
-from taser.retrieval.encoder import encode_passages, load_encoder_checkpoint
 from taser.runtime import describe_hardware, precision_record
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def encode_corpus(
     """
     if not 0 <= shard_id < num_shards:
         raise ValueError(f"shard_id must be in 0..{num_shards - 1}, got {shard_id}")
-    model, tokenizer = load_encoder_checkpoint(checkpoint, device)
+    model, tokenizer = load_checkpoint(checkpoint, device)
     runtime = precision_record(precision, next(model.parameters()).device)
     log.info("encoding in %s (precision=%s) on %s", runtime["precision"], precision, describe_hardware(next(model.parameters()).device))
     mine = (p for i, p in enumerate(read_passages(passages_tsv)) if i % num_shards == shard_id)

@@ -23,12 +23,13 @@ log = logging.getLogger(__name__)
 
 def _dense_results(checkpoint, index_dir, questions: list[str], k: int, batch_size: int, precision: str, device: str) -> tuple[list, dict, float]:
     """(results, meta, seconds) of a checkpoint's dense retrieval."""
+    from taser.models.loading import load_checkpoint
     from taser.models.params import parameter_report
-    from taser.retrieval.encoder import dense_retrieve, load_encoder_checkpoint
+    from taser.retrieval.dense import dense_retrieve
     from taser.retrieval.faiss_index import PassageIndex
     from taser.runtime import precision_record
 
-    model, tokenizer = load_encoder_checkpoint(checkpoint, device)
+    model, tokenizer = load_checkpoint(checkpoint, device)
     runtime = precision_record(precision, next(model.parameters()).device)
     index = PassageIndex.load(index_dir)
     start = time.perf_counter()

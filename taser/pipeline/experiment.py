@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taser.models.biencoder import read_checkpoint_config
+from taser.models.loading import load_model
 from taser.pipeline.encode import encode_corpus
 from taser.pipeline.evaluate import evaluate_dense
 from taser.pipeline.index import build_index
-from taser.pipeline.train import build_model, run_training
+from taser.pipeline.train import run_training
 from taser.retrieval.faiss_index import IndexConfig, metric_for
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,15 @@ class Row:
 
 def save_initial(model_cfg: dict, out_dir: str | Path) -> str:
     """The untrained bi-encoder as a checkpoint (the zero-shot baseline)."""
-    model, tokenizer = build_model(model_cfg)
+    model, tokenizer = load_model(model_cfg)
     path = Path(out_dir) / "initial"
     model.save(path, tokenizer)
     return str(path)
 
 
-def evaluate_checkpoint(name: str, checkpoint: str, data: dict, out_dir: str | Path, precision: str = "auto", batch_size: int = 64, index: IndexConfig | None = None) -> Row:
+def evaluate_checkpoint(
+    name: str, checkpoint: str, data: dict, out_dir: str | Path, precision: str = "auto", batch_size: int = 64, index: IndexConfig | None = None
+) -> Row:
     out = Path(out_dir)
     times = {}
     t = time.perf_counter()
@@ -73,6 +76,14 @@ def markdown_table(rows: list[Row], ks=("1", "5", "20", "100")) -> str:
     head = "| model | " + " | ".join(f"top-{k}" for k in ks) + " | parameters | train steps | train time (s) | s/step | passages/s |"
     lines = [head, "|" + "---|" * (len(ks) + 6)]
     for r in rows:
-        cells = [r.name, *(_fmt(r.top_k.get(k), ".1f") for k in ks), _fmt(r.parameters, ","), _fmt(r.train_steps, "d"), _fmt(r.train_seconds, ".0f"), _fmt(r.seconds_per_step, ".2f"), _fmt(r.passages_per_s, ".1f")]
+        cells = [
+            r.name,
+            *(_fmt(r.top_k.get(k), ".1f") for k in ks),
+            _fmt(r.parameters, ","),
+            _fmt(r.train_steps, "d"),
+            _fmt(r.train_seconds, ".0f"),
+            _fmt(r.seconds_per_step, ".2f"),
+            _fmt(r.passages_per_s, ".1f"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -60,12 +60,11 @@ def mine_negatives(
                 )
             finally:
                 bm25_index.close()
-        from taser.retrieval.encoder import load_encoder_checkpoint
+        from taser.models.loading import load_checkpoint
         from taser.retrieval.faiss_index import PassageIndex
-
         from taser.runtime import precision_record
 
-        model, tokenizer = load_encoder_checkpoint(checkpoint, device)
+        model, tokenizer = load_checkpoint(checkpoint, device)
         runtime = precision_record(precision, next(model.parameters()).device)
         search = dense_searcher(model, tokenizer, PassageIndex.load(index), batch_size, runtime["precision"])
         meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index), **runtime}

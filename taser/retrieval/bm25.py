@@ -21,10 +21,11 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
+from taser.choice import Choice
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, read_passages
 from taser.io import atomic_dir, atomic_open
@@ -32,7 +33,12 @@ from taser.retrieval.english import ANALYZER, english_terms
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("pyserini", "bm25s")
+class BM25Backend(Choice):
+    pyserini = "pyserini"  # Lucene through pyserini (Java)
+    bm25s = "bm25s"  # in-process
+
+
+BACKENDS = BM25Backend.names()
 META_FILE = "bm25.json"
 FORMAT_VERSION = 1
 Hit = tuple[str, float]
@@ -225,7 +231,7 @@ class BM25Index:
 
     @classmethod
     def build(cls, passages_tsv: PathLike, index_dir: PathLike, backend: str = "pyserini",
-              k1: float = 0.9, b: float = 0.4, threads: int | None = None) -> "BM25Index":
+              k1: float = 0.9, b: float = 0.4, threads: int | None = None) -> BM25Index:
         """Index every passage of `passages_tsv` into `index_dir` (replaced atomically)."""
         if backend not in BACKENDS:
             raise ValueError(f"unknown BM25 backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -249,7 +255,7 @@ class BM25Index:
         return cls(index_dir, meta)
 
     @classmethod
-    def load(cls, index_dir: PathLike) -> "BM25Index":
+    def load(cls, index_dir: PathLike) -> BM25Index:
         """Open an index built by `build`."""
         meta_path = Path(index_dir) / META_FILE
         if not meta_path.is_file():
@@ -262,7 +268,7 @@ class BM25Index:
 
     @classmethod
     def build_or_load(cls, passages_tsv: PathLike, index_dir: PathLike, backend: str = "pyserini",
-                      k1: float = 0.9, b: float = 0.4, threads: int | None = None) -> "BM25Index":
+                      k1: float = 0.9, b: float = 0.4, threads: int | None = None) -> BM25Index:
         """Load `index_dir` if it is a complete index of this TSV with these settings, else build it."""
         meta_path = Path(index_dir) / META_FILE
         if meta_path.is_file() and Path(passages_tsv).is_file():
@@ -299,14 +305,17 @@ class BM25Settings:
     from the passages TSV, or reuses it when it already indexes that TSV with these settings.
     """
 
-    backend: str = "pyserini"
+    backend: BM25Backend = BM25Backend.pyserini
     k1: float = 0.9
     b: float = 0.4
     index_dir: str | None = None
     threads: int | None = None
 
+    def __post_init__(self):
+        self.backend = BM25Backend.parse(self.backend, "bm25.backend")
+
     @classmethod
-    def from_dict(cls, d: "dict | BM25Settings | None") -> "BM25Settings":
+    def from_dict(cls, d: dict | BM25Settings | None) -> BM25Settings:
         if d is None or isinstance(d, cls):
             return d or cls()
         unknown = set(d) - {f.name for f in fields(cls)}

@@ -15,24 +15,34 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from taser.choice import Choice
 from taser.io import atomic_dir
 
-INDEX_TYPES = ("flat", "hnsw")
+
+class IndexType(Choice):
+    flat = "flat"  # exact
+    hnsw = "hnsw"  # HNSW graph over the full vectors
+
+
+class Metric(Choice):
+    ip = "ip"  # inner product: dot and cosine similarity
+    l2 = "l2"
+
+
+INDEX_TYPES = IndexType.names()
 
 
 @dataclass
 class IndexConfig:
-    type: str = "flat"
-    metric: str = "ip"  # "ip" (dot / cosine) or "l2"
+    type: IndexType = IndexType.flat
+    metric: Metric = Metric.ip
     hnsw_m: int = 512
     ef_construction: int = 200
     ef_search: int = 128
 
     def __post_init__(self):
-        if self.type not in INDEX_TYPES:
-            raise ValueError(f"unknown index type {self.type!r}; expected one of {INDEX_TYPES}")
-        if self.metric not in ("ip", "l2"):
-            raise ValueError(f"unknown metric {self.metric!r}; expected 'ip' or 'l2'")
+        self.type = IndexType.parse(self.type, "index type")
+        self.metric = Metric.parse(self.metric, "index metric")
 
 
 class PassageIndex:
@@ -42,7 +52,7 @@ class PassageIndex:
         self.index, self.ids, self.config = index, ids, config
 
     @classmethod
-    def build(cls, vectors: np.ndarray, ids: list[str], config: IndexConfig, batch: int = 100_000) -> "PassageIndex":
+    def build(cls, vectors: np.ndarray, ids: list[str], config: IndexConfig, batch: int = 100_000) -> PassageIndex:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != len(ids):
             raise ValueError(f"expected {len(ids)} vectors in a 2-D array, got shape {vectors.shape}")
@@ -74,7 +84,7 @@ class PassageIndex:
             (tmp / "index.json").write_text(json.dumps({**asdict(self.config), "size": len(self.ids), "dim": self.index.d}, indent=2))
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "PassageIndex":
+    def load(cls, directory: str | os.PathLike) -> PassageIndex:
         directory = Path(directory)
         meta_file = directory / "index.json"
         if not meta_file.is_file():

@@ -35,13 +35,21 @@ then evaluate on the test questions with `fuse_many(..., lam=best)` (never tune 
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from taser.choice import Choice
 from taser.evaluation.answers import has_answer
 from taser.evaluation.topk import top_k_accuracy
 
 Hit = tuple[str, float]
-RULES = ("dpr", "normalized")
+
+
+class HybridRule(Choice):
+    dpr = "dpr"  # bm25 + lambda * dense
+    normalized = "normalized"  # pyserini's per-question min-max normalisation
+
+
+RULES = HybridRule.names()
 DPR_LAMBDA = 1.1
 DEFAULT_GRID = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 2.0, 3.0, 5.0, 10.0)
 
@@ -66,8 +74,7 @@ def _normalizer(scores: dict[str, float]):
 def fuse(bm25: Sequence[Hit], dense: Sequence[Hit], lam: float = DPR_LAMBDA, rule: str = "dpr",
          k: int | None = None) -> list[Hit]:
     """One question's fused ranking (see the module notes); the first `k` when k is given."""
-    if rule not in RULES:
-        raise ValueError(f"unknown hybrid rule {rule!r}; choose one of {', '.join(RULES)}")
+    rule = HybridRule.parse(rule, "hybrid rule")
     sparse, dense_scores = _scores(bm25), _scores(dense)
     sparse_missing = min(sparse.values()) if sparse else 0.0
     dense_missing = min(dense_scores.values()) if dense_scores else 0.0

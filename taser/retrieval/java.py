@@ -30,9 +30,9 @@ import os
 import re
 import subprocess
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 MIN_JAVA_VERSION = 21
 VECTOR_MODULE = "jdk.incubator.vector"

@@ -25,13 +25,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
 from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json
+from taser.data.config import Match
 from taser.data.passages import Passage
 from taser.data.qa import read_qa
 from taser.evaluation.answers import has_answer
@@ -51,7 +52,7 @@ def bm25_searcher(index, threads: int | None = None) -> Searcher:
 
 def dense_searcher(model, tokenizer, index, batch_size: int = 128, precision: str = "auto") -> Searcher:
     """Batched dense search: encode questions with `model`, search a `PassageIndex`."""
-    from taser.retrieval.encoder import dense_retrieve
+    from taser.retrieval.dense import dense_retrieve
 
     return lambda questions, k: dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision)
 
@@ -160,8 +161,7 @@ def mine_hard_negatives(
         raise ValueError(f"the output must be a new file, not the input {input_path}")
     if top_n < 1 or num_hard_negatives < 0 or block_size < 1:
         raise ValueError(f"need top_n >= 1, num_hard_negatives >= 0, block_size >= 1; got {top_n}, {num_hard_negatives}, {block_size}")
-    if match not in ("string", "regex"):
-        raise ValueError(f"unknown answer match mode {match!r}; expected 'string' or 'regex'")
+    Match.parse(match, "answer match mode")
     start = time.perf_counter()
     total, records = read_questions(input_path)
     stats = MiningStats()

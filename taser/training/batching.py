@@ -9,8 +9,8 @@ a resumed run draws exactly what an uninterrupted one would.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -42,7 +42,7 @@ class Batch:
     positive_idx: torch.Tensor  # [B] row of each question's positive in the passages
     ctx_owner: torch.Tensor  # [N] index of the question each passage belongs to
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         move = lambda d: {k: v.to(device, non_blocking=True) for k, v in d.items()}  # noqa: E731
         return Batch(move(self.questions), move(self.passages), self.positive_idx.to(device), self.ctx_owner.to(device))
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING
+
+from taser.runtime import Precision
 
 if TYPE_CHECKING:
     from taser.models.config import BiEncoderConfig
@@ -16,7 +18,7 @@ class TrainConfig:
     hard_negatives: int = 1
     other_negatives: int = 0
     in_batch: bool = True  # False: DPR's "1-of-N" without in-batch negatives
-    temperature: float | str = "auto"  # auto: 0.05 for normalised vectors or cosine, else 1 (DPR)
+    temperature: float | None = None  # None: 0.05 for normalised vectors or cosine, else 1 (DPR)
     learning_rate: float = 2e-5
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
@@ -27,26 +29,45 @@ class TrainConfig:
     grad_clip: float = 2.0
     grad_accumulation: int = 1
     grad_cache_chunk: int = 0  # >0: gradient caching with chunks of this many sequences
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16: auto is decided by taser.runtime from the hardware
+    precision: Precision = Precision.auto  # auto: decided by taser.runtime from the hardware
     seed: int = 12345
     log_every: int = 10
     eval_every: int = 0  # 0: only at the end
-    save_every: int = 0  # 0: only at the end
+    save_every: int = 500  # 0: only at the end
     val_max_questions: int = 500
     val_batch_size: int = 64
     resume: bool = False
     sampling_rates: list[float] | None = None
     progress: bool = True
     device: str = "auto"
-    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.temperature == "auto":
+            self.temperature = None
+        self.precision = Precision.parse(self.precision, "train.precision")
+        positive = ("batch_size", "grad_accumulation", "epochs", "val_batch_size", "log_every")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"train.{name} must be an integer >= 1, got {value!r}")
+        for name in ("hard_negatives", "other_negatives", "warmup_steps", "grad_cache_chunk", "eval_every", "save_every", "val_max_questions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"train.{name} must be an integer >= 0, got {value!r}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"train.max_steps must be >= 1 or null (epochs x batches), got {self.max_steps}")
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"train.temperature must be > 0 or null (auto), got {self.temperature}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"train.learning_rate must be > 0, got {self.learning_rate}")
 
     def resolved_temperature(self, normalize: bool, similarity: str) -> float:
         """Unit-length vectors score in [-1, 1]; without a temperature the softmax is nearly flat."""
-        if self.temperature != "auto":
+        if self.temperature is not None:
             return float(self.temperature)
         return 0.05 if normalize or similarity == "cosine" else 1.0
 
-    def loss_config(self, model_config: "BiEncoderConfig") -> "LossConfig":
+    def loss_config(self, model_config: BiEncoderConfig) -> LossConfig:
         """The contrastive loss of a model with `model_config` (its similarity, normalisation)."""
         from taser.training.loss import LossConfig  # imported here: keeps this module free of torch
 
@@ -54,9 +75,13 @@ class TrainConfig:
         return LossConfig(model_config.similarity, temperature, self.in_batch)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+    def from_value(cls, value: TrainConfig | dict) -> TrainConfig:
+        """Settings from a dict (unknown keys are an error) or from settings (returned as they are)."""
+        if isinstance(value, cls):
+            return value
+        if is_dataclass(value):
+            value = asdict(value)
+        unknown = set(value) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown train settings: {sorted(unknown)}")
-        return cls(**d)
+        return cls(**value)

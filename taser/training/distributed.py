@@ -2,12 +2,14 @@
 
 Each rank encodes its slice of the global batch. Its questions are scored against every rank's
 passages; the gather's backward sums each passage's gradient over the ranks whose questions
-used it, and parameter gradients are then summed. With each rank's loss divided by the global
+used it, and torch's DistributedDataParallel then sums parameter gradients over the ranks,
+overlapping communication with the backward pass. With each rank's loss divided by the global
 number of questions, the result equals one process that sees the whole batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -24,10 +26,6 @@ class DistInfo:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
 
 
 def init_distributed(backend: str | None = None) -> DistInfo:
@@ -77,24 +75,36 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     return _GatherWithGrad.apply(tensor, sizes), sum(sizes[: dist.get_rank()])
 
 
-def all_reduce_gradients(params) -> None:
-    """Sum gradients over ranks in one flat buffer.
+def _sum_gradients(state, bucket):  # no annotations: DDP checks them against the real classes
+    """DDP communication hook: sum a bucket over ranks (DDP's default divides by the world size;
+    each rank's loss is already divided by the global number of questions)."""
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
 
-    A parameter no rank used keeps no gradient (as in a single process); one used on some
-    ranks only (e.g. an expert that got no tokens here) counts as zero where it was unused.
+
+def data_parallel(model: torch.nn.Module, find_unused_parameters: bool) -> torch.nn.Module:
+    """`model` under torch's DistributedDataParallel when a process group is up, else `model`.
+
+    Gradients are summed (not averaged) in buckets that overlap the backward pass. A parameter
+    no rank used keeps no gradient, as in a single process; one used on some ranks only (an
+    expert that got no tokens here) counts as zero where it was unused. `find_unused_parameters`
+    is needed when a forward pass may leave parameters out (an encoder's unused pooler, TASER's
+    experts, gradient caching's one-side chunks).
     """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return
-    params = [p for p in params if p.requires_grad]
-    used = torch.tensor([float(p.grad is not None) for p in params])
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [used.to(grads[0].device, grads[0].dtype)])
-    dist.all_reduce(flat)
-    offset = 0
-    for p, n_used in zip(params, flat[-len(params):].tolist()):
-        n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p) if n_used > 0 else None  # views of one buffer
-        offset += n
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [next(model.parameters()).device.index] if next(model.parameters()).is_cuda else None
+    ddp = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=find_unused_parameters, gradient_as_bucket_view=True)
+    ddp.register_comm_hook(None, _sum_gradients)
+    return ddp
+
+
+def no_sync(model: torch.nn.Module, sync: bool):
+    """A context in which a DDP model's backward passes only accumulate (no all-reduce) unless `sync`."""
+    if sync or not hasattr(model, "no_sync"):
+        return contextlib.nullcontext()
+    return model.no_sync()
 
 
 def all_reduce_sum(value: float | torch.Tensor) -> float:

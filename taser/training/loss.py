@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-SIMILARITIES = ("dot", "cosine", "l2")
+from taser.models.config import Similarity
 
 
 @dataclass
@@ -22,8 +22,7 @@ class LossConfig:
     in_batch: bool = True
 
     def __post_init__(self):
-        if self.similarity not in SIMILARITIES:
-            raise ValueError(f"unknown similarity {self.similarity!r}; expected one of {SIMILARITIES}")
+        self.similarity = Similarity.parse(self.similarity, "similarity").value
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0")
 

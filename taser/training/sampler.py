@@ -7,7 +7,7 @@ same source, as in DPR's multi-set training); the batches of all datasets are th
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

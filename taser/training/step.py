@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from taser.data.batching import Batch
-from taser.training.distributed import gather_with_grad
-from taser.training.loss import LossConfig, contrastive_nll
+from taser.models.routers import AuxLoss
 from taser.runtime import autocast, resolve_precision
+from taser.training.batching import Batch
+from taser.training.distributed import gather_with_grad, no_sync
+from taser.training.loss import LossConfig, contrastive_nll
 
 
 @dataclass
@@ -65,39 +66,52 @@ class StepRunner:
         ids = torch.arange(len(q), device=q.device) + question_offset
         return contrastive_nll(q, ctx, batch.positive_idx + ctx_offset, owner, self.loss_config, ids)
 
-    def run(self, batch: Batch, global_questions: int, question_offset: int = 0, scale: float = 1.0, scaler=None) -> StepStats:
+    def _routing_term(self, aux: AuxLoss | None, share: float, scale: float) -> torch.Tensor | float:
+        """The one place the routing loss joins the objective: this pass's `share` of it (every
+        rank adds its own, hence the division by the world size), times `scale` (1 / gradient
+        accumulation steps). 0 without a routing loss."""
+        return 0.0 if aux is None else aux.total * (share * scale / self.world_size)
+
+    def run(self, batch: Batch, global_questions: int, question_offset: int = 0, scale: float = 1.0, scaler=None,
+            sync: bool = True) -> StepStats:
         """Forward + backward for one (micro-)batch; gradients accumulate in the parameters.
 
         The NLL is divided by the global number of questions and multiplied by `scale`
         (1 / gradient-accumulation steps), so gradients summed over ranks and micro-batches
-        are those of the mean loss over the whole step.
+        are those of the mean loss over the whole step. `model` may be wrapped in DDP: then
+        gradients are summed over ranks during the last backward pass of a call with `sync`.
         """
         if self.chunk and self.chunk > 0:
-            return self._run_cached(batch, global_questions, question_offset, scale, scaler)
-        with autocast(self.precision, self.device):
-            q, p = self.model(trim_padding(batch.questions), trim_padding(batch.passages))
-        nll, correct = self._loss(q, p, batch, question_offset)
-        total = nll.sum() / global_questions * scale
-        aux = self.model.aux_loss()
-        if aux is not None:
-            total = total + aux.total * scale / self.world_size
-        (scaler.scale(total) if scaler is not None else total).backward()
-        return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), aux.parts if aux is not None else {})
+            return self._run_cached(batch, global_questions, question_offset, scale, scaler, sync)
+        with no_sync(self.model, sync):
+            with autocast(self.precision, self.device):
+                out = self.model(trim_padding(batch.questions), trim_padding(batch.passages))
+            nll, correct = self._loss(out.questions, out.passages, batch, question_offset)
+            total = nll.sum() / global_questions * scale + self._routing_term(out.aux_loss, 1.0, scale)
+            (scaler.scale(total) if scaler is not None else total).backward()
+        parts = out.aux_loss.parts if out.aux_loss is not None else {}
+        return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), parts)
+
+    def _encode_chunk(self, chunk: dict, side: str):
+        """One chunk through the model's forward (so a DDP wrapper sees every pass)."""
+        out = self.model(**{"questions" if side == "question" else "passages": chunk})
+        return (out.questions if side == "question" else out.passages).float(), out.aux_loss
 
     def _encode_chunks(self, chunks, side):
+        """First pass of the gradient cache: vectors without a graph (routing losses unused)."""
         states, reps = [], []
         with torch.no_grad(), autocast(self.precision, self.device):
             for chunk in chunks:
                 states.append(_RandState(self.device))
-                reps.append(self.model.encode(chunk["input_ids"], chunk["attention_mask"], side).float())
+                reps.append(self._encode_chunk(chunk, side)[0])
         return states, torch.cat(reps)
 
-    def _run_cached(self, batch: Batch, global_questions: int, question_offset: int, scale: float, scaler=None) -> StepStats:
+    def _run_cached(self, batch: Batch, global_questions: int, question_offset: int, scale: float, scaler=None,
+                    sync: bool = True) -> StepStats:
         scaled = scaler.scale if scaler is not None else (lambda t: t)
         q_chunks, p_chunks = _chunks(batch.questions, self.chunk), _chunks(batch.passages, self.chunk)
         q_states, q = self._encode_chunks(q_chunks, "question")
         p_states, p = self._encode_chunks(p_chunks, "passage")
-        self.model.aux_loss()  # drop what the graph-free pass accumulated
         after_first_pass = _RandState(self.device)
         q.requires_grad_(True)
         p.requires_grad_(True)
@@ -105,20 +119,23 @@ class StepRunner:
         scaled(nll.sum() / global_questions * scale).backward()  # vector gradients, scaled for fp16
         aux_parts: dict[str, float] = {}
         n_chunks = len(q_chunks) + len(p_chunks)
+        done = 0
         for side, chunks, states, grads in (("question", q_chunks, q_states, q.grad), ("passage", p_chunks, p_states, p.grad)):
             start = 0
             for chunk, state in zip(chunks, states):
                 n = len(chunk["input_ids"])
+                done += 1
                 state.restore()
-                with autocast(self.precision, self.device):
-                    rep = self.model.encode(chunk["input_ids"], chunk["attention_mask"], side).float()
-                surrogate = (rep * grads[start : start + n]).sum()
-                aux = self.model.aux_loss()
-                if aux is not None:
-                    surrogate = surrogate + scaled(aux.total * scale / (self.world_size * n_chunks))
-                    for k, v in aux.parts.items():
-                        aux_parts[k] = aux_parts.get(k, 0.0) + v / n_chunks
-                surrogate.backward()
+                with no_sync(self.model, sync and done == n_chunks):  # ranks sum gradients once, after the last chunk
+                    with autocast(self.precision, self.device):
+                        rep, aux = self._encode_chunk(chunk, side)
+                    # d(loss)/d(weights) = cached d(loss)/d(vectors) . d(vectors)/d(weights), plus this chunk's routing share
+                    surrogate = (rep * grads[start : start + n]).sum()
+                    if aux is not None:
+                        surrogate = surrogate + scaled(self._routing_term(aux, 1.0 / n_chunks, scale))
+                        for k, v in aux.parts.items():
+                            aux_parts[k] = aux_parts.get(k, 0.0) + v / n_chunks
+                    surrogate.backward()
                 start += n
         after_first_pass.restore()
         return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), aux_parts)

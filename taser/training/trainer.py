@@ -7,21 +7,21 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from taser.data.batching import collate, example_rng, make_example
 from taser.io import atomic_open
 from taser.runtime import describe_hardware, grad_scaler, pick_device, precision_record
+from taser.training.batching import collate, example_rng, make_example
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
-from taser.training.distributed import DistInfo, all_reduce_gradients, all_reduce_sum
+from taser.training.distributed import DistInfo, all_reduce_sum, data_parallel
 from taser.training.lr_decay import param_groups
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner
@@ -59,6 +59,22 @@ class TrainResult:
     step_seconds: list[float]
 
 
+@dataclass
+class _Loop:
+    """What the loop's steps share."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None
+    runner: StepRunner
+    params: list
+    precision: str
+    history: list[dict] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    window_start: float = field(default_factory=time.perf_counter)
+    window_steps: int = 0
+
+
 class Trainer:
     """Trains a BiEncoder on bi-encoder JSON files (several = DPR's multi-set)."""
 
@@ -81,8 +97,6 @@ class Trainer:
         self.runtime = precision_record(cfg.precision, self.device)
         if self.dist.is_main:
             log.info("training in %s (precision=%s) on %s", self.runtime["precision"], cfg.precision, describe_hardware(self.device))
-        if cfg.grad_accumulation < 1 or cfg.batch_size < 1:
-            raise ValueError("batch_size and grad_accumulation must be >= 1")
         # one schedule batch = one optimizer step: every rank's micro-batches of that step
         step_batch = cfg.batch_size * self.dist.world_size * cfg.grad_accumulation
         self.schedule = MultiSetSchedule([len(s) for s in self.train_sets], step_batch, cfg.seed, cfg.sampling_rates)
@@ -107,89 +121,140 @@ class Trainer:
         ]
         return collate(examples, self.tokenizer, self.model.config.max_question_length, self.model.config.max_length).to(self.device)
 
-    # -- loop --------------------------------------------------------------------------
+    # -- the loop: named steps ---------------------------------------------------------
     def train(self) -> TrainResult:
+        loop = self._set_up()
+        step = self._resume(loop)
+        self._open_log(step)
+        bar = tqdm(total=self.total_steps, initial=step, desc="train", disable=not (self.cfg.progress and self.dist.is_main), mininterval=2)
+        start = time.perf_counter()
+        while step < self.total_steps:
+            t0 = time.perf_counter()
+            record = self._optimizer_step(loop, step)
+            step += 1
+            loop.step_times.append(time.perf_counter() - t0)
+            bar.update(1)
+            self._log(loop, record)
+            self._validate(record)
+            self._write_record(loop, record)
+            self._save(loop, step)
+            if self.on_step is not None:
+                self.on_step(step, record)
+        bar.close()
+        return self._finish(loop, step, time.perf_counter() - start)
+
+    def _set_up(self) -> _Loop:
+        """Seeds, the model on its device, optimizer, schedule, gradient scaler and step runner."""
         cfg, model = self.cfg, self.model
         random.seed(cfg.seed + self.dist.rank)
         np.random.seed(cfg.seed + self.dist.rank)
         torch.manual_seed(cfg.seed + self.dist.rank)
         model.to(self.device).train()
+        groups = param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.layer_decay)
         # the fused kernel: one pass over all parameters (6x faster than the default loop on CPU)
-        optimizer = torch.optim.AdamW(param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.layer_decay), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
-        scheduler = linear_schedule(optimizer, cfg.warmup_steps, self.total_steps)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
         precision = self.runtime["precision"]
-        scaler = grad_scaler(precision, self.device)
-        runner = StepRunner(model, cfg.loss_config(model.config), precision, self.device, cfg.grad_cache_chunk, self.dist.world_size)
-        ckpt_dir = self.out / "checkpoint"
-        step = 0
-        if cfg.resume and has_checkpoint(ckpt_dir):
-            model.load_state_dict(load_file(str(ckpt_dir / "model.safetensors")))
-            step = load_training_state(ckpt_dir, optimizer, scheduler, scaler, self.dist.rank)["step"]
-            log.info("resumed from %s at step %d of %d", ckpt_dir, step, self.total_steps)
-        elif cfg.resume:
-            log.info("train.resume=true but no checkpoint in %s: starting from scratch", ckpt_dir)
+        # some parameters never take part (the encoders' unused pooler) or sit out a pass (TASER's
+        # experts, one encoder in a gradient-cache chunk)
+        trained = data_parallel(model, find_unused_parameters=True)
+        return _Loop(
+            optimizer=optimizer,
+            scheduler=linear_schedule(optimizer, cfg.warmup_steps, self.total_steps),
+            scaler=grad_scaler(precision, self.device),
+            runner=StepRunner(trained, cfg.loss_config(model.config), precision, self.device, cfg.grad_cache_chunk, self.dist.world_size),
+            params=[p for p in model.parameters() if p.requires_grad],
+            precision=precision,
+        )
 
-        history: list[dict] = []
-        log_path = self.out / "train_log.jsonl"
+    def _resume(self, loop: _Loop) -> int:
+        """The step to start from: 0, or the checkpoint's when `resume` is set and one exists."""
+        ckpt_dir = self.out / "checkpoint"
+        if self.cfg.resume and has_checkpoint(ckpt_dir):
+            self.model.load_state_dict(load_file(str(ckpt_dir / "model.safetensors")))
+            step = load_training_state(ckpt_dir, loop.optimizer, loop.scheduler, loop.scaler, self.dist.rank)["step"]
+            log.info("resumed from %s at step %d of %d", ckpt_dir, step, self.total_steps)
+            return step
+        if self.cfg.resume:
+            log.info("train.resume=true but no checkpoint in %s: starting from scratch", ckpt_dir)
+        return 0
+
+    def _open_log(self, step: int) -> None:
         if self.dist.is_main:
-            _truncate_log(log_path, step)
+            _truncate_log(self.out / "train_log.jsonl", step)
+
+    def _optimizer_step(self, loop: _Loop, step: int) -> dict:
+        """Forward and backward of every micro-batch, gradients summed over ranks, clipped, applied."""
+        cfg = self.cfg
         global_q = cfg.batch_size * self.dist.world_size
-        bar = tqdm(total=self.total_steps, initial=step, desc="train", disable=not (cfg.progress and self.dist.is_main), mininterval=2)
-        start, window_start, window_steps, step_times = time.perf_counter(), time.perf_counter(), 0, []
-        params = [p for p in model.parameters() if p.requires_grad]
-        while step < self.total_steps:
-            t0 = time.perf_counter()
-            loss_sum, correct, aux = 0.0, 0, {}
-            for micro in range(cfg.grad_accumulation):
-                batch = self._micro_batch(step, micro)
-                stats = runner.run(batch, global_q, self.dist.rank * cfg.batch_size, scale=1.0 / cfg.grad_accumulation, scaler=scaler)
-                loss_sum += stats.loss_sum
-                correct += stats.correct
-                for k, v in stats.aux.items():
-                    aux[k] = aux.get(k, 0.0) + v / cfg.grad_accumulation
-            all_reduce_gradients(params)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)) if cfg.grad_clip > 0 else float("nan")
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            step_times.append(time.perf_counter() - t0)
-            window_steps += 1
-            bar.update(1)
-            n_q = global_q * cfg.grad_accumulation
-            record = {"step": step, "loss": all_reduce_sum(loss_sum) / n_q, "acc": all_reduce_sum(correct) / n_q, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm, "precision": precision, **{f"aux_{k}": v for k, v in aux.items()}}
-            if not math.isfinite(record["loss"]):
-                raise FloatingPointError(f"loss is {record['loss']} at step {step}; lower train.learning_rate or check the data")
-            if step % max(cfg.log_every, 1) == 0 or step == self.total_steps:
-                elapsed = time.perf_counter() - window_start
-                record["questions_per_s"] = window_steps * n_q / max(elapsed, 1e-9)
-                window_start, window_steps = time.perf_counter(), 0
-                if self.dist.is_main:
-                    log.info("step %d/%d loss %.4f acc %.3f lr %.2e %.1f q/s", step, self.total_steps, record["loss"], record["acc"], record["lr"], record["questions_per_s"])
-            if self.dev_set is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or step == self.total_steps):
-                if self.dist.is_main:
-                    record.update(validate(model, self.tokenizer, self.dev_set, replace(cfg, precision=precision), self.device))
-                    log.info("step %d validation %s", step, {k: round(v, 4) for k, v in record.items() if k.startswith("val_")})
-            history.append(record)
-            if self.dist.is_main:
-                with open(log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(record) + "\n")
-            if (cfg.save_every and step % cfg.save_every == 0) or step == self.total_steps:
-                save_checkpoint(ckpt_dir, model, self.tokenizer, optimizer, scheduler, scaler, step, self.dist.is_main, extra={"runtime": self.runtime})
-            if self.on_step is not None:
-                self.on_step(step, record)
-        bar.close()
-        seconds = time.perf_counter() - start
-        median_step = float(np.median(step_times)) if step_times else None
+        loss_sum, correct, aux = 0.0, 0, {}
+        for micro in range(cfg.grad_accumulation):
+            stats = loop.runner.run(self._micro_batch(step, micro), global_q, self.dist.rank * cfg.batch_size,
+                                    scale=1.0 / cfg.grad_accumulation, scaler=loop.scaler, sync=micro == cfg.grad_accumulation - 1)
+            loss_sum += stats.loss_sum
+            correct += stats.correct
+            for k, v in stats.aux.items():
+                aux[k] = aux.get(k, 0.0) + v / cfg.grad_accumulation
+        if loop.scaler is not None:
+            loop.scaler.unscale_(loop.optimizer)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(loop.params, cfg.grad_clip)) if cfg.grad_clip > 0 else float("nan")
+        if loop.scaler is not None:
+            loop.scaler.step(loop.optimizer)
+            loop.scaler.update()
+        else:
+            loop.optimizer.step()
+        loop.scheduler.step()
+        loop.optimizer.zero_grad(set_to_none=True)
+        n_q = global_q * cfg.grad_accumulation
+        record = {"step": step + 1, "loss": all_reduce_sum(loss_sum) / n_q, "acc": all_reduce_sum(correct) / n_q,
+                  "lr": loop.scheduler.get_last_lr()[0], "grad_norm": grad_norm, "precision": loop.precision,
+                  **{f"aux_{k}": v for k, v in aux.items()}}
+        if not math.isfinite(record["loss"]):
+            raise FloatingPointError(f"loss is {record['loss']} at step {step + 1}; lower train.learning_rate or check the data")
+        return record
+
+    def _log(self, loop: _Loop, record: dict) -> None:
+        """Every `log_every` steps and at the end: the throughput since the last line, and a log line."""
+        loop.window_steps += 1
+        step = record["step"]
+        if step % max(self.cfg.log_every, 1) and step != self.total_steps:
+            return
+        elapsed = time.perf_counter() - loop.window_start
+        questions = loop.window_steps * self.cfg.batch_size * self.dist.world_size * self.cfg.grad_accumulation
+        record["questions_per_s"] = questions / max(elapsed, 1e-9)
+        loop.window_start, loop.window_steps = time.perf_counter(), 0
+        if self.dist.is_main:
+            log.info("step %d/%d loss %.4f acc %.3f lr %.2e %.1f q/s", step, self.total_steps, record["loss"], record["acc"],
+                     record["lr"], record["questions_per_s"])
+
+    def _validate(self, record: dict) -> None:
+        """Every `eval_every` steps and at the end, on the main rank: validation metrics into `record`."""
+        step = record["step"]
+        due = (self.cfg.eval_every and step % self.cfg.eval_every == 0) or step == self.total_steps
+        if self.dev_set is None or not due or not self.dist.is_main:
+            return
+        record.update(validate(self.model, self.tokenizer, self.dev_set, replace(self.cfg, precision=self.runtime["precision"]), self.device))
+        log.info("step %d validation %s", step, {k: round(v, 4) for k, v in record.items() if k.startswith("val_")})
+
+    def _write_record(self, loop: _Loop, record: dict) -> None:
+        loop.history.append(record)
+        if self.dist.is_main:
+            with open(self.out / "train_log.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _save(self, loop: _Loop, step: int) -> None:
+        """Every `save_every` steps and at the end: the resumable checkpoint (every rank takes part)."""
+        if (self.cfg.save_every and step % self.cfg.save_every == 0) or step == self.total_steps:
+            save_checkpoint(self.out / "checkpoint", self.model, self.tokenizer, loop.optimizer, loop.scheduler, loop.scaler, step,
+                            self.dist.is_main, extra={"runtime": self.runtime})
+
+    def _finish(self, loop: _Loop, step: int, seconds: float) -> TrainResult:
+        """The final model directory and `train_summary.json` (main rank)."""
+        median_step = float(np.median(loop.step_times)) if loop.step_times else None
         final = self.out / "final"
         if self.dist.is_main:
-            model.save(final, self.tokenizer)
+            self.model.save(final, self.tokenizer)
+            summary = {"steps": step, "seconds": seconds, "median_step_s": median_step, "config": asdict(self.cfg), "runtime": self.runtime,
+                       "last": loop.history[-1] if loop.history else {}}
             with atomic_open(self.out / "train_summary.json") as f:
-                json.dump({"steps": step, "seconds": seconds, "median_step_s": median_step, "config": asdict(cfg), "runtime": self.runtime, "last": history[-1] if history else {}}, f, indent=2)
-        return TrainResult(step, str(final), seconds, median_step if median_step is not None else float("nan"), history, step_times)
+                json.dump(summary, f, indent=2)
+        return TrainResult(step, str(final), seconds, median_step if median_step is not None else float("nan"), loop.history, loop.step_times)

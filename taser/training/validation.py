@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from taser.data.batching import collate, example_rng, make_example
+from taser.models.encoding import encode_texts
 from taser.models.inputs import passage_string
-from taser.retrieval.encoder import encode_texts
 from taser.runtime import autocast
+from taser.training.batching import collate, example_rng, make_example
 from taser.training.loss import contrastive_nll, similarity_scores
 
 
@@ -29,8 +29,8 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     for b in range(0, n, cfg.batch_size):
         batch = collate(examples[b : b + cfg.batch_size], tokenizer, model.config.max_question_length, model.config.max_length).to(device)
         with autocast(cfg.precision, device):
-            q, p = model(batch.questions, batch.passages)
-        nll, ok = contrastive_nll(q, p, batch.positive_idx, batch.ctx_owner, loss_config)
+            out = model(batch.questions, batch.passages)
+        nll, ok = contrastive_nll(out.questions, out.passages, batch.positive_idx, batch.ctx_owner, loss_config)
         nll_sum += float(nll.sum())
         correct += int(ok.sum())
     # average rank: every question against the pool of all questions' passages
@@ -42,6 +42,5 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     scores = similarity_scores(torch.from_numpy(qv), torch.from_numpy(pv), model.config.similarity)
     gold = scores[torch.arange(n), torch.from_numpy(positive)]
     ranks = (scores > gold[:, None]).sum(1).float()
-    model.aux_loss()
     model.train(was_training)
     return {"val_nll": nll_sum / n, "val_acc": correct / n, "val_avg_rank": float(ranks.mean())}

@@ -1,0 +1,159 @@
+"""The schema of each script's config: Hydra validates every key, type and choice against these
+when it composes a config (a misspelt key, `batch_size=eight` or `precision=bf61` stops there,
+naming the key and the allowed values), and `__post_init__` checks the rest before any model,
+data or index is loaded. Defaults live here; `configs/*.yaml` hold values and interpolations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from taser.choice import Choice
+from taser.data.config import DataConfig, Match
+from taser.models.settings import ModelSettings
+from taser.retrieval.bm25 import BM25Settings
+from taser.retrieval.faiss_index import IndexConfig
+from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
+from taser.runtime import Precision
+from taser.training.config import TrainConfig
+
+
+class Retriever(Choice):
+    dense = "dense"
+    bm25 = "bm25"
+    hybrid = "hybrid"
+
+
+class MiningRetriever(Choice):
+    bm25 = "bm25"
+    dense = "dense"
+
+
+@dataclass
+class HybridSettings:
+    dense_weight: float = DPR_LAMBDA  # λ: fused score = bm25 + λ * dense (DPR: 1.1)
+    rule: HybridRule = HybridRule.dpr
+    candidates: int | None = None  # top-N of each retriever fused (None: k)
+
+
+@dataclass
+class TrainJob:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    output_dir: str = MISSING
+
+    def __post_init__(self):
+        rates = self.data.sampling_rates  # a dataset's (data=multiset) unless train.sampling_rates says otherwise
+        if rates is not None and self.train.sampling_rates is not None and list(rates) != list(self.train.sampling_rates):
+            raise ValueError(f"data.sampling_rates={list(rates)} and train.sampling_rates={list(self.train.sampling_rates)} differ: set one")
+        if rates is not None:
+            self.train.sampling_rates = list(rates)
+
+
+@dataclass
+class EncodeJob:
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: str = MISSING
+    passages: str = MISSING
+    out_dir: str = MISSING
+    shard_id: int = 0
+    num_shards: int = 1
+    batch_size: int = 64
+    precision: Precision = Precision.auto
+    chunk_size: int = 100_000
+    device: str = "auto"
+
+    def __post_init__(self):
+        if not 0 <= self.shard_id < self.num_shards:
+            raise ValueError(f"shard_id must be in 0..{self.num_shards - 1} (num_shards={self.num_shards}), got {self.shard_id}")
+
+
+@dataclass
+class IndexJob:
+    embeddings: str = MISSING
+    out_dir: str = MISSING
+    index: IndexConfig = field(default_factory=IndexConfig)
+
+
+@dataclass
+class EvaluateJob:
+    data: DataConfig = field(default_factory=DataConfig)
+    retriever: Retriever = Retriever.dense
+    checkpoint: str | None = None  # dense, hybrid: a taser checkpoint directory
+    index: str | None = None  # dense, hybrid: its FAISS index over `passages`
+    qa_file: str = MISSING
+    passages: str = MISSING
+    match: Match = Match.string
+    out_dir: str = MISSING
+    k: int = 100
+    batch_size: int = 128
+    precision: Precision = Precision.auto
+    device: str = "auto"
+    bm25: BM25Settings = field(default_factory=BM25Settings)
+    hybrid: HybridSettings = field(default_factory=HybridSettings)
+
+    def __post_init__(self):
+        if self.retriever != Retriever.bm25 and (not self.checkpoint or not self.index):
+            raise ValueError(f"retriever={self.retriever} needs checkpoint=... and index=...")
+
+
+@dataclass
+class MineJob:
+    data: DataConfig = field(default_factory=DataConfig)
+    input: str = MISSING  # a bi-encoder JSON, or a QA TSV (distant supervision)
+    passages: str = MISSING
+    output: str = MISSING
+    retriever: MiningRetriever = MiningRetriever.bm25
+    top_n: int = 100
+    num_hard_negatives: int = 30
+    match: Match = Match.string
+    block_size: int = 1000
+    offsets_cache: str | None = None
+    progress: bool = True
+    checkpoint: str | None = None  # dense
+    index: str | None = None  # dense
+    batch_size: int = 128
+    precision: Precision = Precision.auto
+    device: str = "auto"
+    bm25: BM25Settings = field(default_factory=BM25Settings)
+
+    def __post_init__(self):
+        if self.retriever == MiningRetriever.dense and (not self.checkpoint or not self.index):
+            raise ValueError("retriever=dense needs checkpoint=... and index=...")
+
+
+@dataclass
+class PrepareSquadJob:
+    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
+    out_dir: str = "outputs/data/squad"
+    train_articles: int = 30
+    words_per_passage: int = 100
+    random_negatives: int = 10
+    seed: int = 0
+
+
+@dataclass
+class DemoJob:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
+    train_articles: int = 30  # the first 30 articles train, the rest evaluate
+    out_dir: str = "outputs/demo"
+    precision: Precision = Precision.auto  # encoding and evaluation
+    use_bm25: bool = True  # the BM25 row, BM25 hard negatives and the hybrid row
+    bm25: BM25Settings = field(default_factory=BM25Settings)
+    hybrid: HybridSettings = field(default_factory=HybridSettings)
+
+
+SCHEMAS = {
+    "train_job": TrainJob,
+    "encode_job": EncodeJob,
+    "index_job": IndexJob,
+    "evaluate_job": EvaluateJob,
+    "mine_job": MineJob,
+    "prepare_squad_job": PrepareSquadJob,
+    "demo_job": DemoJob,
+}
