@@ -127,7 +127,8 @@ class SpecializedBlock(nn.Module):
         self.output = output
 
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, *args, taser_routing: RoutingContext | None = None, **kwargs):
-        kwargs.pop("encoder_hidden_states", None), kwargs.pop("encoder_attention_mask", None)  # encoder-only models
+        for cross_attention_input in ("encoder_hidden_states", "encoder_attention_mask"):  # encoder-only models
+            kwargs.pop(cross_attention_input, None)
         attended, _ = self.attention(hidden_states, attention_mask, **kwargs)
         return self.output(attended, taser_routing)
 

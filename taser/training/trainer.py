@@ -127,7 +127,7 @@ class Trainer:
         step = self._resume(loop)
         self._open_log(step)
         bar = tqdm(total=self.total_steps, initial=step, desc="train", disable=not (self.cfg.progress and self.dist.is_main), mininterval=2)
-        start = time.perf_counter()
+        start = loop.window_start = time.perf_counter()
         while step < self.total_steps:
             t0 = time.perf_counter()
             record = self._optimizer_step(loop, step)
