@@ -1,6 +1,8 @@
-"""Encode a passages TSV with a checkpoint's passage encoder, one shard per call.
+"""Encode a passages TSV with a checkpoint's passage encoder, one contiguous shard per call.
 
 `python scripts/encode_passages.py checkpoint=outputs/train/dpr/final shard_id=0 num_shards=50`
+`torchrun --nproc_per_node=8 scripts/encode_passages.py checkpoint=...`  (one shard per rank)
+Re-running a killed command continues from its last complete chunk.
 """
 
 import hydra
@@ -13,7 +15,8 @@ from taser.pipeline.encode import encode_corpus
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    encode_corpus(job.checkpoint, job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size, job.device)
+    encode_corpus(job.checkpoint, job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size,
+                  job.device, dtype=job.dtype, offsets_cache=job.offsets_cache)
 
 
 if __name__ == "__main__":

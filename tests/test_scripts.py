@@ -56,7 +56,7 @@ def test_prepare_train_encode_index_evaluate(tmp_path, tiny_pretrained, model):
     emb = tmp_path / "emb"
     run("encode_passages.py", f"checkpoint={ckpt}", *data_overrides, f"out_dir={emb}", "shard_id=0", "num_shards=2", "batch_size=16")
     run("encode_passages.py", f"checkpoint={ckpt}", *data_overrides, f"out_dir={emb}", "shard_id=1", "num_shards=2", "batch_size=16")
-    assert len(list(emb.glob("embeddings_*_of_002.npz"))) == 2
+    assert sorted(p.name for p in emb.glob("shard_*")) == ["shard_000_of_002", "shard_001_of_002"]
     for kind in ("flat", "hnsw"):
         run("build_index.py", f"embeddings={emb}", f"out_dir={tmp_path / kind}", f"index.type={kind}", "index.hnsw_m=16")
     ev = run("evaluate.py", f"checkpoint={ckpt}", f"index={tmp_path / 'hnsw'}", *data_overrides, f"out_dir={tmp_path / 'eval'}")

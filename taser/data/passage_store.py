@@ -82,6 +82,7 @@ class PassageStore:
             if cache:
                 self._save_cache(Path(cache))
         self._fd = os.open(self.path, os.O_RDONLY)
+        self._file_order: tuple[np.ndarray, np.ndarray] | None = None  # offsets and lengths in file order
 
     # -- building ---------------------------------------------------------------------------
 
@@ -190,6 +191,29 @@ class PassageStore:
             raise KeyError(f"{len(missing)} passage ids are not in {self.path}, e.g. {missing[:3]}")
         found = sorted(zip(rows, wanted), key=lambda rw: int(self._offsets[rw[0]]))
         return {pid: self._read(row) for row, pid in found}
+
+    def read_rows(self, start: int, end: int) -> list[Passage]:
+        """The passages of file rows [start, end) (0 = the first after the header), read in one
+        sequential pass from the first one's byte offset: a shard of a large corpus reads only
+        its own part of the file."""
+        if not 0 <= start <= end <= len(self):
+            raise IndexError(f"rows [{start}, {end}) outside the {len(self)} passages of {self.path}")
+        if start == end:
+            return []
+        if self._file_order is None:
+            order = np.argsort(self._offsets, kind="stable")  # rows appear in the file by increasing offset
+            self._file_order = (self._offsets[order], self._lengths[order])
+        offsets, lengths = self._file_order
+        first, stop = int(offsets[start]), int(offsets[end - 1]) + int(lengths[end - 1])
+        data = os.pread(self._fd, stop - first, first)
+        reader = csv.reader(io.StringIO(data.decode("utf-8"), newline=""), delimiter="\t")
+        out = []
+        for row in reader:
+            if row:  # a blank line between rows, as the scan skips it
+                out.append(row_to_passage(row, self.path, start + len(out) + 2))
+        if len(out) != end - start:
+            raise DataFormatError(self.path, f"rows {start}-{end}", f"read {len(out)} passages where {end - start} were indexed")
+        return out
 
     def ids(self) -> Iterator[str]:
         """Every passage id, in sorted key order."""

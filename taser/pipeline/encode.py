@@ -1,53 +1,86 @@
-"""Stage: encode a passages TSV with the passage side of a checkpoint, one shard at a time."""
+"""Stage: encode a passages TSV with the passage side of a checkpoint, one contiguous shard per
+call (or per `torchrun` rank), in chunks that a re-run after a kill continues from."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import time
 
-import numpy as np
-
-from taser.data.passages import read_passages
+from taser.data.passage_store import PassageStore
 from taser.models.encoding import encode_passages
 from taser.models.loading import load_checkpoint
-from taser.retrieval.embeddings import save_shard, shard_path
+from taser.retrieval.embeddings import ShardWriter, checkpoint_identity, passages_identity, shard_range
 from taser.runtime import describe_hardware, precision_record
 
 log = logging.getLogger(__name__)
+
+
+def launcher_shard() -> tuple[int, int]:
+    """(shard_id, num_shards) from torchrun's RANK and WORLD_SIZE (one shard per process,
+    across machines too); (0, 1) outside torchrun."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def encode_corpus(
     checkpoint: str | os.PathLike,
     passages_tsv: str | os.PathLike,
     out_dir: str | os.PathLike,
-    shard_id: int = 0,
-    num_shards: int = 1,
+    shard_id: int | None = None,
+    num_shards: int | None = None,
     batch_size: int = 64,
     precision: str = "auto",
-    chunk_size: int = 100_000,
+    chunk_size: int = 10_000,
     device: str = "auto",
     progress: bool = True,
+    dtype: str = "float32",
+    offsets_cache: str | os.PathLike | None = None,
 ) -> dict:
-    """Encode every `num_shards`-th passage starting at `shard_id`; write one `.npz` shard.
+    """Encode shard `shard_id` of `num_shards` (default: this torchrun rank of the world) into
+    `out_dir/shard_<k>_of_<n>/`; see `taser.retrieval.embeddings` for the layout and checks.
 
-    Passages are read in chunks of `chunk_size` so memory stays bounded on a 21M-passage corpus.
+    Only the shard's own rows of the TSV are read (after one scan that indexes the file;
+    `offsets_cache` keeps that index for the next shard). `dtype="float16"` halves the disk.
     """
-    if not 0 <= shard_id < num_shards:
-        raise ValueError(f"shard_id must be in 0..{num_shards - 1}, got {shard_id}")
-    model, tokenizer = load_checkpoint(checkpoint, device)
-    runtime = precision_record(precision, next(model.parameters()).device)
-    log.info("encoding in %s (precision=%s) on %s", runtime["precision"], precision, describe_hardware(next(model.parameters()).device))
-    mine = (p for i, p in enumerate(read_passages(passages_tsv)) if i % num_shards == shard_id)
-    vectors, ids, start = [], [], time.perf_counter()
-    while chunk := list(itertools.islice(mine, chunk_size)):
-        vectors.append(encode_passages(model, tokenizer, chunk, batch_size=batch_size, precision=runtime["precision"], progress=progress))
-        ids.extend(p.id for p in chunk)
-    if not ids:
-        raise ValueError(f"{passages_tsv}: shard {shard_id} of {num_shards} has no passages")
-    elapsed = time.perf_counter() - start
-    path = shard_path(out_dir, shard_id, num_shards)
-    save_shard(path, np.concatenate(vectors), ids)
-    log.info("wrote %d passage vectors to %s (%.1f passages/s)", len(ids), path, len(ids) / elapsed)
-    return {"passages": len(ids), "seconds": elapsed, "passages_per_s": len(ids) / elapsed, "path": str(path), **runtime}
+    if (shard_id is None) != (num_shards is None):
+        raise ValueError("give both shard_id and num_shards, or neither (torchrun's rank and world size)")
+    if shard_id is None:
+        shard_id, num_shards = launcher_shard()
+    start_time = time.perf_counter()
+    with PassageStore(passages_tsv, cache=offsets_cache) as store:
+        start, end = shard_range(len(store), shard_id, num_shards)
+        if start == end:
+            raise ValueError(f"{passages_tsv}: shard {shard_id} of {num_shards} has no passages ({len(store)} in all)")
+        manifest = {"checkpoint": checkpoint_identity(checkpoint), "passages": passages_identity(passages_tsv, len(store)),
+                    "num_shards": num_shards, "shard_id": shard_id, "start": start, "end": end, "chunk_size": chunk_size, "dtype": dtype}
+        writer = ShardWriter(out_dir, manifest)
+        done = writer.done()
+        if done:
+            log.info("%s: %d of %d chunks already encoded; continuing", writer.dir, done, writer.num_chunks)
+        model = tokenizer = runtime = None
+        encoded = 0
+        for i in range(done, writer.num_chunks):
+            if model is None:
+                model, tokenizer = load_checkpoint(checkpoint, device)
+                runtime = precision_record(precision, next(model.parameters()).device)
+                log.info("encoding rows %d-%d in %s (precision=%s) on %s", start, end, runtime["precision"], precision,
+                         describe_hardware(next(model.parameters()).device))
+            passages = store.read_rows(*writer.chunk_rows(i))
+            vectors = encode_passages(model, tokenizer, passages, batch_size=batch_size, precision=runtime["precision"], progress=progress)
+            writer.write_chunk(i, vectors, [p.id for p in passages])
+            encoded += len(passages)
+            dim = vectors.shape[1]
+        if done < writer.num_chunks or not writer.manifest.get("dim"):
+            writer.finish(dim if encoded else _dim_of_chunk(writer))
+    elapsed = time.perf_counter() - start_time
+    log.info("shard %d of %d: %d passages encoded now, %d in all, at %s (%.1f passages/s)", shard_id, num_shards, encoded, end - start,
+             writer.dir, encoded / max(elapsed, 1e-9))
+    return {"passages": end - start, "encoded_now": encoded, "seconds": elapsed, "passages_per_s": encoded / max(elapsed, 1e-9),
+            "path": str(writer.dir), **(runtime or {})}
+
+
+def _dim_of_chunk(writer: ShardWriter) -> int:
+    import numpy as np
+
+    with np.load(writer.chunk_path(0)) as data:
+        return int(data["vectors"].shape[1])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,8 @@ def evaluate_checkpoint(
     out = Path(out_dir)
     times = {}
     t = time.perf_counter()
-    enc = encode_corpus(checkpoint, data["passages"], out / "embeddings", batch_size=batch_size, precision=precision, progress=False)
+    shutil.rmtree(out / "embeddings", ignore_errors=True)  # this stage's scratch: never resume another model's vectors
+    enc = encode_corpus(checkpoint, data["passages"], out / "embeddings", 0, 1, batch_size=batch_size, precision=precision, progress=False)
     times["encode"] = time.perf_counter() - t
     t = time.perf_counter()
     similarity = read_checkpoint_config(checkpoint)[0].similarity

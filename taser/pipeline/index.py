@@ -6,7 +6,7 @@ import logging
 import os
 import time
 
-from taser.retrieval.embeddings import load_shards
+from taser.retrieval.embeddings import read_embeddings
 from taser.retrieval.faiss_index import IndexConfig, PassageIndex
 
 log = logging.getLogger(__name__)
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 def build_index(embeddings: str | os.PathLike, out_dir: str | os.PathLike, config: IndexConfig) -> dict:
     start = time.perf_counter()
-    vectors, ids = load_shards(embeddings)
+    vectors, ids = read_embeddings(embeddings)
     if len(set(ids)) != len(ids):
         raise ValueError(f"{embeddings}: duplicate passage ids across shards")
     index = PassageIndex.build(vectors, ids, config)

@@ -26,6 +26,11 @@ class Retriever(Choice):
     hybrid = "hybrid"
 
 
+class VectorDtype(Choice):
+    float32 = "float32"
+    float16 = "float16"
+
+
 class MiningRetriever(Choice):
     bm25 = "bm25"
     dense = "dense"
@@ -59,16 +64,22 @@ class EncodeJob:
     checkpoint: str = MISSING
     passages: str = MISSING
     out_dir: str = MISSING
-    shard_id: int = 0
-    num_shards: int = 1
+    shard_id: int | None = None  # None: torchrun's RANK (0 outside torchrun)
+    num_shards: int | None = None  # None: torchrun's WORLD_SIZE (1 outside torchrun)
     batch_size: int = 64
     precision: Precision = Precision.auto
-    chunk_size: int = 100_000
+    chunk_size: int = 10_000  # passages per resumable chunk
+    dtype: VectorDtype = VectorDtype.float32  # float16 halves the disk; indexes read float32
+    offsets_cache: str | None = None  # keeps the passages file's row index for the next shard (large corpora)
     device: str = "auto"
 
     def __post_init__(self):
-        if not 0 <= self.shard_id < self.num_shards:
+        if (self.shard_id is None) != (self.num_shards is None):
+            raise ValueError("give both shard_id and num_shards, or neither (torchrun's rank and world size)")
+        if self.shard_id is not None and not 0 <= self.shard_id < self.num_shards:
             raise ValueError(f"shard_id must be in 0..{self.num_shards - 1} (num_shards={self.num_shards}), got {self.shard_id}")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
 
 
 @dataclass
