@@ -55,6 +55,13 @@ def test_defaults_come_from_the_schemas():
     assert job("demo").train.max_steps == 50 and job("demo").train.precision == Precision.auto
 
 
+def test_index_presets():
+    assert job("build_index").index.hnsw_m == 32  # a sane default for 21M passages
+    dpr = job("build_index", "index_preset=dpr_hnsw").index
+    assert (dpr.type, dpr.hnsw_m, dpr.ef_construction, dpr.ef_search) == ("hnsw", 512, 200, 128)
+    assert "index.type=auto needs index.memory_gb" in rejection("build_index", "index.type=auto")
+
+
 def test_misspelt_train_key():
     text = rejection("train", "+train.batch_szie=8")
     assert "batch_szie" in text and "TrainConfig" in text
@@ -92,7 +99,7 @@ def test_misspelt_hybrid_key():
         ("train", ["model.similarity=cosinus"], ["model.similarity", "cosinus", "dot, cosine, l2"]),
         ("train", ["model=taser", "model.taser.routing=learned"], ["model.taser.routing", "learned_token"]),
         ("train", ["model.taser.routing=learned_token"], ["applies only to model_type=taser"]),
-        ("build_index", ["index.type=ivf"], ["index.type", "flat, hnsw"]),
+        ("build_index", ["index.type=ivf"], ["index.type", "auto, flat, hnsw, hnsw_sq8, ivf_pq"]),
         ("evaluate", ["retriever=sparse"], ["retriever", "dense, bm25, hybrid"]),
         ("evaluate", ["retriever=hybrid", "checkpoint=null"], ["retriever=hybrid needs checkpoint"]),
         ("evaluate", ["data.match=glob"], ["data.match", "string, regex"]),

@@ -169,7 +169,8 @@ def test_float16_vectors_retrieve_the_same(mini_squad, tmp_path):
     from taser.models.loading import load_checkpoint
     from taser.pipeline.experiment import save_initial
     from taser.retrieval.dense import dense_retrieve
-    from taser.retrieval.faiss_index import IndexConfig, PassageIndex
+    from taser.retrieval.faiss_index import PassageIndex
+    from taser.retrieval.index_types import IndexConfig
 
     ckpt = save_initial({"model_type": "shared"}, tmp_path / "minilm")
     rankings = {}

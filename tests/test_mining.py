@@ -138,7 +138,7 @@ def tiny_dense(mini_squad, tiny_pretrained, tmp_path_factory):
     from taser.pipeline.encode import encode_corpus
     from taser.pipeline.experiment import save_initial
     from taser.pipeline.index import build_index
-    from taser.retrieval.faiss_index import IndexConfig
+    from taser.retrieval.index_types import IndexConfig
 
     out = tmp_path_factory.mktemp("tiny-dense")
     ckpt = save_initial(tiny_model_cfg(tiny_pretrained), out)

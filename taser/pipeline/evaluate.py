@@ -21,17 +21,20 @@ from taser.retrieval.hybrid import DPR_LAMBDA, fuse_many
 log = logging.getLogger(__name__)
 
 
-def _dense_results(checkpoint, index_dir, questions: list[str], k: int, batch_size: int, precision: str, device: str) -> tuple[list, dict, float]:
+def _dense_results(checkpoint, index_dir, passages_tsv, questions: list[str], k: int, batch_size: int, precision: str,
+                   device: str) -> tuple[list, dict, float]:
     """(results, meta, seconds) of a checkpoint's dense retrieval."""
     from taser.models.loading import load_checkpoint
     from taser.models.params import parameter_report
     from taser.retrieval.dense import dense_retrieve
+    from taser.retrieval.embeddings import check_same_passages
     from taser.retrieval.faiss_index import PassageIndex
     from taser.runtime import precision_record
 
     model, tokenizer = load_checkpoint(checkpoint, device)
     runtime = precision_record(precision, next(model.parameters()).device)
     index = PassageIndex.load(index_dir)
+    check_same_passages(index.meta.get("passages"), passages_tsv, f"the index {index_dir}")
     start = time.perf_counter()
     retrieved = dense_retrieve(model, tokenizer, index, questions, k, batch_size, runtime["precision"])
     seconds = time.perf_counter() - start
@@ -75,7 +78,7 @@ def evaluate_dense(
     device: str = "auto",
 ) -> dict:
     qa = list(read_qa(qa_file))
-    retrieved, meta, seconds = _dense_results(checkpoint, index_dir, [q.question for q in qa], k, batch_size, precision, device)
+    retrieved, meta, seconds = _dense_results(checkpoint, index_dir, passages_tsv, [q.question for q in qa], k, batch_size, precision, device)
     meta = {"retriever": "dense", **meta, "questions_per_s": _questions_per_s(len(qa), seconds)}
     results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=meta)
     log.info("%s: %s", qa_file, results["summary"])
@@ -123,7 +126,7 @@ def evaluate_hybrid(
     qa = list(read_qa(qa_file))
     questions = [q.question for q in qa]
     n = candidates or k
-    dense, dense_meta, dense_seconds = _dense_results(checkpoint, index_dir, questions, n, batch_size, precision, device)
+    dense, dense_meta, dense_seconds = _dense_results(checkpoint, index_dir, passages_tsv, questions, n, batch_size, precision, device)
     sparse, bm25_meta, bm25_seconds = _bm25_results(passages_tsv, questions, n, bm25, Path(out_dir) / "bm25-index")
     start = time.perf_counter()
     fused = fuse_many(sparse, dense, lam, rule, k)

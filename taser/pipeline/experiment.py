@@ -15,7 +15,8 @@ from taser.pipeline.encode import encode_corpus
 from taser.pipeline.evaluate import evaluate_dense
 from taser.pipeline.index import build_index
 from taser.pipeline.train import run_training
-from taser.retrieval.faiss_index import IndexConfig, metric_for
+from taser.retrieval.faiss_index import metric_for
+from taser.retrieval.index_types import IndexConfig
 
 log = logging.getLogger(__name__)
 

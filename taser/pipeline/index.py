@@ -1,4 +1,9 @@
-"""Stage: build a FAISS index from encoded passage shards."""
+"""Stage: build a FAISS index from encoded passage shards, adding them chunk by chunk.
+
+Peak memory is the index plus one chunk (plus the training sample for types that train): the
+shards are never concatenated. The shards' manifests are checked first (every passage once,
+one checkpoint, one passages file), so ids cannot repeat.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,20 @@ import logging
 import os
 import time
 
-from taser.retrieval.embeddings import read_embeddings
-from taser.retrieval.faiss_index import IndexConfig, PassageIndex
+from taser.retrieval.embeddings import iter_chunks, read_manifests
+from taser.retrieval.faiss_index import PassageIndex
+from taser.retrieval.index_types import IndexConfig
 
 log = logging.getLogger(__name__)
 
 
 def build_index(embeddings: str | os.PathLike, out_dir: str | os.PathLike, config: IndexConfig) -> dict:
     start = time.perf_counter()
-    vectors, ids = read_embeddings(embeddings)
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{embeddings}: duplicate passage ids across shards")
-    index = PassageIndex.build(vectors, ids, config)
+    manifests = read_manifests(embeddings)
+    count, dim = manifests[-1]["end"], manifests[0]["dim"]
+    meta = {"checkpoint": manifests[0]["checkpoint"], "passages": manifests[0]["passages"]}
+    index = PassageIndex.build_streamed(lambda: iter_chunks(embeddings, manifests), count, dim, config, meta)
     index.save(out_dir)
     elapsed = time.perf_counter() - start
-    log.info("built a %s index of %d passages in %.1fs at %s", config.type, len(ids), elapsed, out_dir)
-    return {"passages": len(ids), "seconds": elapsed}
+    log.info("built a %s index of %d passages in %.1fs at %s", index.config.type, count, elapsed, out_dir)
+    return {"passages": count, "seconds": elapsed, "type": str(index.config.type)}

@@ -14,8 +14,8 @@ from taser.choice import Choice
 from taser.data.config import DataConfig, Match
 from taser.models.settings import ModelSettings
 from taser.retrieval.bm25 import BM25Settings
-from taser.retrieval.faiss_index import IndexConfig
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
+from taser.retrieval.index_types import IndexConfig
 from taser.runtime import Precision
 from taser.training.config import TrainConfig
 

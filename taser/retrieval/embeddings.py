@@ -56,6 +56,19 @@ def passages_identity(path: str | os.PathLike, rows: int) -> dict:
     return {"name": path.name, "size": size, "rows": rows, "head_tail_sha1": _head_tail_sha1(path, size)}
 
 
+def check_same_passages(identity: dict | None, passages_tsv: str | os.PathLike, what: str) -> None:
+    """Refuse `passages_tsv` when `what` (an index, embeddings) was made from another passages
+    file; compared without reading the whole file (name, size, head and tail). None: not recorded."""
+    if identity is None:
+        return
+    path = Path(passages_tsv)
+    size = path.stat().st_size
+    actual = {"name": path.name, "size": size, "head_tail_sha1": _head_tail_sha1(path, size)}
+    recorded = {k: identity.get(k) for k in actual}
+    if recorded != actual:
+        raise ValueError(f"{what} was built from another passages file than {passages_tsv}: {recorded} vs {actual}")
+
+
 def checkpoint_identity(checkpoint: str | os.PathLike) -> dict:
     """The checkpoint's name and a hash of its weights file's size, head and tail: a retrained
     checkpoint at the same path is another checkpoint."""

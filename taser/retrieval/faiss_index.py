@@ -1,87 +1,112 @@
-"""FAISS indexes over passage vectors, saved with their id mapping.
+"""FAISS indexes over passage vectors, built chunk by chunk and saved with compact ids.
 
-`flat`: exact inner product. `hnsw`: HNSW graph with inner-product metric; DPR used 512
-neighbours per node, efConstruction 200 and efSearch 128. For `l2` similarity the L2 metric is
-used instead. An index directory holds `index.faiss`, `ids.json` and `index.json` (settings).
+An index directory holds `index.faiss`, `ids.npy` (int64 when every id is a canonical decimal
+number, as DPR's are, else fixed-width bytes: no Python object per passage) and `index.json`
+(the settings, the resolved type, size, width, and the checkpoint and passages file the vectors
+came from). Types and their settings: `taser.retrieval.index_types`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-from taser.choice import Choice
 from taser.io import atomic_dir
+from taser.retrieval.index_types import IndexConfig, IndexType, choose, estimates
+
+log = logging.getLogger(__name__)
+
+Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (vectors, ids) each call
 
 
-class IndexType(Choice):
-    flat = "flat"  # exact
-    hnsw = "hnsw"  # HNSW graph over the full vectors
+def _compact_ids(parts: list[np.ndarray]) -> np.ndarray:
+    raw = np.concatenate([np.asarray(p).astype(bytes) for p in parts]) if parts else np.array([], dtype=bytes)
+    canonical = all(s.isdigit() and (s == b"0" or not s.startswith(b"0")) and len(s) < 19 for s in raw)
+    return raw.astype(np.int64) if canonical and len(raw) else raw
 
 
-class Metric(Choice):
-    ip = "ip"  # inner product: dot and cosine similarity
-    l2 = "l2"
-
-
-INDEX_TYPES = IndexType.names()
-
-
-@dataclass
-class IndexConfig:
-    type: IndexType = IndexType.flat
-    metric: Metric = Metric.ip
-    hnsw_m: int = 512
-    ef_construction: int = 200
-    ef_search: int = 128
-
-    def __post_init__(self):
-        self.type = IndexType.parse(self.type, "index type")
-        self.metric = Metric.parse(self.metric, "index metric")
+def _training_sample(chunks: Chunks, count: int, size: int, seed: int = 0) -> np.ndarray:
+    """`size` vectors drawn uniformly from all of them, in one pass over the chunks."""
+    wanted = np.sort(np.random.default_rng(seed).choice(count, size=min(size, count), replace=False))
+    picked, start = [], 0
+    for vectors, _ in chunks():
+        end = start + len(vectors)
+        lo, hi = np.searchsorted(wanted, [start, end])
+        if hi > lo:
+            picked.append(vectors[wanted[lo:hi] - start])
+        start = end
+    return np.ascontiguousarray(np.concatenate(picked), dtype=np.float32)
 
 
 class PassageIndex:
-    def __init__(self, index: faiss.Index, ids: list[str], config: IndexConfig):
+    def __init__(self, index: faiss.Index, ids: np.ndarray, config: IndexConfig, meta: dict | None = None):
         if index.ntotal != len(ids):
             raise ValueError(f"index holds {index.ntotal} vectors but {len(ids)} ids")
-        self.index, self.ids, self.config = index, ids, config
+        self.index, self._ids, self.config, self.meta = index, ids, config, meta or {}
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.id_at(r) for r in range(len(self._ids))]
+
+    def id_at(self, row: int) -> str:
+        value = self._ids[row]
+        return str(int(value)) if self._ids.dtype == np.int64 else bytes(value).decode("utf-8")
 
     @classmethod
-    def build(cls, vectors: np.ndarray, ids: list[str], config: IndexConfig, batch: int = 100_000) -> PassageIndex:
+    def build(cls, vectors: np.ndarray, ids: Iterable[str], config: IndexConfig, meta: dict | None = None) -> PassageIndex:
+        """An index over vectors held in memory (small corpora, tests)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        ids = np.asarray(list(ids), dtype=str)
         if vectors.ndim != 2 or len(vectors) != len(ids):
             raise ValueError(f"expected {len(ids)} vectors in a 2-D array, got shape {vectors.shape}")
+        return cls.build_streamed(lambda: iter([(vectors, ids)]), len(ids), vectors.shape[1], config, meta)
+
+    @classmethod
+    def build_streamed(cls, chunks: Chunks, count: int, dim: int, config: IndexConfig, meta: dict | None = None) -> PassageIndex:
+        """Add the vectors chunk by chunk (never all at once); a type that needs training is first
+        trained on `train_size` vectors sampled from all of them (one extra pass)."""
+        sizes = estimates(config, dim, count)
+        log.info("estimated index sizes for %d vectors of width %d: %s", count, dim, ", ".join(f"{t} {gb:.2f} GB" for t, gb in sizes.items()))
+        config = replace(config, type=choose(config, dim, count))
+        log.info("building a %s index (%s)", config.type, config.factory(dim, count))
         metric = faiss.METRIC_INNER_PRODUCT if config.metric == "ip" else faiss.METRIC_L2
-        dim = vectors.shape[1]
-        if config.type == "flat":
-            index = faiss.IndexFlatIP(dim) if metric == faiss.METRIC_INNER_PRODUCT else faiss.IndexFlatL2(dim)
-        else:
-            index = faiss.IndexHNSWFlat(dim, config.hnsw_m, metric)
+        index = faiss.index_factory(dim, config.factory(dim, count), metric)
+        if isinstance(index, faiss.IndexHNSW):
             index.hnsw.efConstruction = config.ef_construction
-            index.hnsw.efSearch = config.ef_search
-        for start in range(0, len(vectors), batch):
-            index.add(vectors[start : start + batch])
-        return cls(index, list(ids), config)
+        if config.needs_training:
+            index.train(_training_sample(chunks, count, config.train_size))
+        id_parts = []
+        for vectors, ids in chunks():
+            index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+            id_parts.append(ids)
+        if index.ntotal != count:
+            raise ValueError(f"expected {count} vectors, the chunks held {index.ntotal}")
+        return cls(index, _compact_ids(id_parts), config, meta)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
         """Scores [n, k'] (higher is better) and passage ids, k' = min(k, size)."""
         k = min(k, self.index.ntotal)
         if isinstance(self.index, faiss.IndexHNSW):
             self.index.hnsw.efSearch = max(self.config.ef_search, k)
+        if self.config.type == IndexType.ivf_pq:
+            faiss.extract_index_ivf(self.index).nprobe = self.config.nprobe
         distances, rows = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
         scores = -distances if self.config.metric == "l2" else distances
-        return scores, [[self.ids[r] for r in row if r >= 0] for row in rows]
+        return scores, [[self.id_at(r) for r in row if r >= 0] for row in rows]
 
     def save(self, directory: str | os.PathLike) -> None:
         with atomic_dir(directory) as tmp:
             faiss.write_index(self.index, str(tmp / "index.faiss"))
-            (tmp / "ids.json").write_text(json.dumps(self.ids))
-            (tmp / "index.json").write_text(json.dumps({**asdict(self.config), "size": len(self.ids), "dim": self.index.d}, indent=2))
+            np.save(tmp / "ids.npy", self._ids)
+            info = {**asdict(self.config), "size": int(self.index.ntotal), "dim": int(self.index.d), **self.meta}
+            (tmp / "index.json").write_text(json.dumps(info, indent=2))
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> PassageIndex:
@@ -89,10 +114,12 @@ class PassageIndex:
         meta_file = directory / "index.json"
         if not meta_file.is_file():
             raise FileNotFoundError(f"not an index directory (no index.json): {directory}")
-        meta = json.loads(meta_file.read_text())
-        config = IndexConfig(**{k: v for k, v in meta.items() if k not in ("size", "dim")})
+        info = json.loads(meta_file.read_text())
+        settings = {k: info.pop(k) for k in list(info) if k in IndexConfig.__dataclass_fields__}
+        for derived in ("size", "dim"):
+            info.pop(derived, None)
         index = faiss.read_index(str(directory / "index.faiss"))
-        return cls(index, json.loads((directory / "ids.json").read_text()), config)
+        return cls(index, np.load(directory / "ids.npy"), IndexConfig(**settings), info)
 
 
 def metric_for(similarity: str) -> str:
