@@ -7,6 +7,8 @@ import logging
 import os
 import time
 
+import numpy as np
+
 from taser.data.passage_store import PassageStore
 from taser.models.encoding import encode_passages
 from taser.models.loading import load_checkpoint
@@ -80,7 +82,5 @@ def encode_corpus(
 
 
 def _dim_of_chunk(writer: ShardWriter) -> int:
-    import numpy as np
-
     with np.load(writer.chunk_path(0)) as data:
         return int(data["vectors"].shape[1])

@@ -92,14 +92,13 @@ class ShardWriter:
         self.dir = shard_dir(out_dir, manifest["shard_id"], manifest["num_shards"])
         self.manifest = {"format": FORMAT, **manifest, "complete": False}
         existing = self.dir / "manifest.json"
-        if existing.is_file():
-            old = json.loads(existing.read_text())
-            changed = [k for k in _FIXED if old.get(k) != self.manifest.get(k)]
-            if changed:
-                raise ValueError(f"{self.dir} was written with other settings ({', '.join(changed)} differ): "
-                                 "remove it, or encode with the settings it was started with")
+        old = json.loads(existing.read_text()) if existing.is_file() else {}
+        changed = [k for k in _FIXED if old and old.get(k) != self.manifest.get(k)]
+        if changed:
+            raise ValueError(f"{self.dir} was written with other settings ({', '.join(changed)} differ): "
+                             "remove it, or encode with the settings it was started with")
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._write_manifest(complete=old.get("complete", False) if existing.is_file() else False)
+        self._write_manifest(complete=bool(old.get("complete")))
 
     @property
     def num_chunks(self) -> int:
