@@ -8,7 +8,7 @@ from conftest import tiny_model_cfg
 from taser.pipeline.encode import encode_corpus
 from taser.pipeline.index import build_index
 from taser.retrieval.embeddings import check_same_passages, read_embeddings
-from taser.retrieval.faiss_index import PassageIndex
+from taser.retrieval.faiss_index import PassageIndex, ShardedIndex, load_index
 from taser.retrieval.index_types import IndexConfig, IndexType, choose, estimated_bytes, estimates
 
 TYPES = ["flat", "hnsw", "hnsw_sq8", "ivf_pq"]
@@ -101,3 +101,25 @@ def test_an_index_of_other_passages_is_refused(embeddings, mini_squad, tmp_path)
     other.write_text((mini_squad / "passages.tsv").read_text() + "9999\tone more passage\tTitle\n")
     with pytest.raises(ValueError, match="built from another passages file"):
         check_same_passages(PassageIndex.load(tmp_path / "idx").meta["passages"], other, "the index")
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_sharded_flat_search_equals_one_index(embeddings, tmp_path, parts):
+    build_index(embeddings, tmp_path / "one", IndexConfig("flat"))
+    build_index(embeddings, tmp_path / "parts", IndexConfig("flat", num_shards=parts))
+    one, sharded = load_index(tmp_path / "one"), load_index(tmp_path / "parts")
+    assert isinstance(sharded, ShardedIndex) and len(sharded.parts) == parts
+    assert sorted(p.name for p in (tmp_path / "parts").glob("part_*")) == [f"part_{s:03d}" for s in range(parts)]
+    assert sharded.ids == one.ids and sharded.meta["passages"] == one.meta["passages"]
+    queries = clustered(12)
+    scores_one, ids_one = one.search(queries, 10)
+    scores_parts, ids_parts = sharded.search(queries, 10)
+    assert ids_parts == ids_one
+    np.testing.assert_allclose(scores_parts, scores_one, rtol=1e-6)
+
+
+def test_sharded_trained_index_shares_its_training(embeddings, tmp_path):
+    build_index(embeddings, tmp_path / "sq8", IndexConfig("hnsw_sq8", hnsw_m=8, num_shards=2))
+    index = load_index(tmp_path / "sq8")
+    scores, ids = index.search(read_embeddings(embeddings)[0][:4], 5)
+    assert scores.shape == (4, 5) and all(len(row) == 5 for row in ids)

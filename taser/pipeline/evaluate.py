@@ -28,12 +28,12 @@ def _dense_results(checkpoint, index_dir, passages_tsv, questions: list[str], k:
     from taser.models.params import parameter_report
     from taser.retrieval.dense import dense_retrieve
     from taser.retrieval.embeddings import check_same_passages
-    from taser.retrieval.faiss_index import PassageIndex
+    from taser.retrieval.faiss_index import load_index
     from taser.runtime import precision_record
 
     model, tokenizer = load_checkpoint(checkpoint, device)
     runtime = precision_record(precision, next(model.parameters()).device)
-    index = PassageIndex.load(index_dir)
+    index = load_index(index_dir)
     check_same_passages(index.meta.get("passages"), passages_tsv, f"the index {index_dir}")
     start = time.perf_counter()
     retrieved = dense_retrieve(model, tokenizer, index, questions, k, batch_size, runtime["precision"])

@@ -61,12 +61,12 @@ def mine_negatives(
             finally:
                 bm25_index.close()
         from taser.models.loading import load_checkpoint
-        from taser.retrieval.faiss_index import PassageIndex
+        from taser.retrieval.faiss_index import load_index
         from taser.runtime import precision_record
 
         model, tokenizer = load_checkpoint(checkpoint, device)
         runtime = precision_record(precision, next(model.parameters()).device)
-        search = dense_searcher(model, tokenizer, PassageIndex.load(index), batch_size, runtime["precision"])
+        search = dense_searcher(model, tokenizer, load_index(index), batch_size, runtime["precision"])
         meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index), **runtime}
         return mine_hard_negatives(input_path, output_path, search, store, top_n, num_hard_negatives, match,
                                    block_size, progress, meta=meta)

@@ -69,26 +69,38 @@ class PassageIndex:
         return cls.build_streamed(lambda: iter([(vectors, ids)]), len(ids), vectors.shape[1], config, meta)
 
     @classmethod
-    def build_streamed(cls, chunks: Chunks, count: int, dim: int, config: IndexConfig, meta: dict | None = None) -> PassageIndex:
+    def build_streamed(cls, chunks: Chunks, count: int, dim: int, config: IndexConfig, meta: dict | None = None):
         """Add the vectors chunk by chunk (never all at once); a type that needs training is first
-        trained on `train_size` vectors sampled from all of them (one extra pass)."""
+        trained on `train_size` vectors sampled from all of them (one extra pass). With
+        `num_shards` > 1: a `ShardedIndex` of that many parts over contiguous rows, sharing the
+        trained layout."""
         sizes = estimates(config, dim, count)
         log.info("estimated index sizes for %d vectors of width %d: %s", count, dim, ", ".join(f"{t} {gb:.2f} GB" for t, gb in sizes.items()))
         config = replace(config, type=choose(config, dim, count))
-        log.info("building a %s index (%s)", config.type, config.factory(dim, count))
+        log.info("building a %s index (%s) in %d part(s)", config.type, config.factory(dim, count), config.num_shards)
         metric = faiss.METRIC_INNER_PRODUCT if config.metric == "ip" else faiss.METRIC_L2
-        index = faiss.index_factory(dim, config.factory(dim, count), metric)
-        if isinstance(index, faiss.IndexHNSW):
-            index.hnsw.efConstruction = config.ef_construction
+        template = faiss.index_factory(dim, config.factory(dim, count), metric)
+        if isinstance(template, faiss.IndexHNSW):
+            template.hnsw.efConstruction = config.ef_construction
         if config.needs_training:
-            index.train(_training_sample(chunks, count, config.train_size))
-        id_parts = []
+            template.train(_training_sample(chunks, count, config.train_size))
+        parts = config.num_shards
+        bounds = [count * s // parts for s in range(parts + 1)]
+        indexes = [template] + [faiss.clone_index(template) for _ in range(parts - 1)]
+        id_parts: list[list[np.ndarray]] = [[] for _ in range(parts)]
+        start = 0
         for vectors, ids in chunks():
-            index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-            id_parts.append(ids)
-        if index.ntotal != count:
-            raise ValueError(f"expected {count} vectors, the chunks held {index.ntotal}")
-        return cls(index, _compact_ids(id_parts), config, meta)
+            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+            for s in range(parts):  # the rows of this chunk that fall in part s
+                lo, hi = max(bounds[s], start) - start, min(bounds[s + 1], start + len(vectors)) - start
+                if hi > lo:
+                    indexes[s].add(vectors[lo:hi])
+                    id_parts[s].append(np.asarray(ids)[lo:hi])
+            start += len(vectors)
+        if start != count:
+            raise ValueError(f"expected {count} vectors, the chunks held {start}")
+        built = [cls(index, _compact_ids(p), config, meta) for index, p in zip(indexes, id_parts)]
+        return built[0] if parts == 1 else ShardedIndex(built, config, meta)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
         """Scores [n, k'] (higher is better) and passage ids, k' = min(k, size)."""
@@ -120,6 +132,51 @@ class PassageIndex:
             info.pop(derived, None)
         index = faiss.read_index(str(directory / "index.faiss"))
         return cls(index, np.load(directory / "ids.npy"), IndexConfig(**settings), info)
+
+
+class ShardedIndex:
+    """Several `PassageIndex` parts over contiguous rows, searched together: each part's top-k,
+    merged by score. For `flat` the result is that of one index over all rows."""
+
+    def __init__(self, parts: list[PassageIndex], config: IndexConfig, meta: dict | None = None):
+        self.parts, self.config, self.meta = parts, config, meta or {}
+
+    @property
+    def ids(self) -> list[str]:
+        return [pid for part in self.parts for pid in part.ids]
+
+    @property
+    def size(self) -> int:
+        return sum(part.index.ntotal for part in self.parts)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
+        results = [part.search(queries, k) for part in self.parts]
+        k = min(k, self.size)
+        scores = np.concatenate([r[0] for r in results], axis=1)
+        ids = [[pid for r in results for pid in r[1][q]] for q in range(len(queries))]
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties keep the parts' row order
+        return np.take_along_axis(scores, order, axis=1), [[row_ids[j] for j in row] for row_ids, row in zip(ids, order)]
+
+    def save(self, directory: str | os.PathLike) -> None:
+        with atomic_dir(directory) as tmp:
+            for s, part in enumerate(self.parts):
+                part.save(tmp / f"part_{s:03d}")
+            info = {**asdict(self.config), "size": self.size, "dim": int(self.parts[0].index.d), **self.meta}
+            (tmp / "index.json").write_text(json.dumps(info, indent=2))
+
+
+def load_index(directory: str | os.PathLike) -> PassageIndex | ShardedIndex:
+    """An index directory as saved by `PassageIndex.save` or `ShardedIndex.save`."""
+    directory = Path(directory)
+    meta_file = directory / "index.json"
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"not an index directory (no index.json): {directory}")
+    info = json.loads(meta_file.read_text())
+    parts = int(info.get("num_shards", 1))
+    if parts == 1:
+        return PassageIndex.load(directory)
+    loaded = [PassageIndex.load(directory / f"part_{s:03d}") for s in range(parts)]
+    return ShardedIndex(loaded, loaded[0].config, loaded[0].meta)
 
 
 def metric_for(similarity: str) -> str:
