@@ -7,8 +7,9 @@ mean, normalised; BERT: [CLS], not normalised), or a taser checkpoint's saved se
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field
 
+from taser.choice import settings_from
 from taser.models.config import MODEL_KINDS, Attention, ModelType, Pooling, Similarity
 from taser.models.taser_config import TaserConfig
 
@@ -66,14 +67,7 @@ class ModelSettings:
     @classmethod
     def from_value(cls, value: ModelSettings | dict) -> ModelSettings:
         """Settings from a dict (unknown keys are an error) or from settings (returned as they are)."""
-        if isinstance(value, cls):
-            return value
-        if is_dataclass(value):
-            value = asdict(value)
-        unknown = sorted(set(value) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown model settings {unknown}; known: {[f.name for f in fields(cls)]}")
-        return cls(**value)
+        return settings_from(cls, value, "model")
 
     @property
     def source(self) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from taser.choice import settings_from
 from taser.runtime import Precision
 
 if TYPE_CHECKING:
@@ -77,11 +78,4 @@ class TrainConfig:
     @classmethod
     def from_value(cls, value: TrainConfig | dict) -> TrainConfig:
         """Settings from a dict (unknown keys are an error) or from settings (returned as they are)."""
-        if isinstance(value, cls):
-            return value
-        if is_dataclass(value):
-            value = asdict(value)
-        unknown = set(value) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown train settings: {sorted(unknown)}")
-        return cls(**value)
+        return settings_from(cls, value, "train")
