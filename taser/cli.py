@@ -43,7 +43,7 @@ def _unknown_keys(node, path: str = "") -> list[str]:
         if fields is not None and key not in fields:
             found.append(f"{where} (not a setting of {schema.__name__}; its settings: {', '.join(sorted(fields))})")
         elif not OmegaConf.is_interpolation(node, key) and not OmegaConf.is_missing(node, key):
-            found += _unknown_keys(node._get_node(key), f"{where}.")
+            found += _unknown_keys(node[key], f"{where}.")
     return found
 
 

@@ -22,10 +22,10 @@ import re
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from taser.choice import Choice
+from taser.choice import Choice, settings_from
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, read_passages
 from taser.io import atomic_dir, atomic_open
@@ -316,12 +316,7 @@ class BM25Settings:
 
     @classmethod
     def from_dict(cls, d: dict | BM25Settings | None) -> BM25Settings:
-        if d is None or isinstance(d, cls):
-            return d or cls()
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown BM25 settings: {sorted(unknown)}; expected {[f.name for f in fields(cls)]}")
-        return cls(**d)
+        return cls() if d is None else settings_from(cls, d, "BM25")
 
     def open(self, passages_tsv: PathLike, default_dir: PathLike) -> BM25Index:
         index_dir = self.index_dir or default_dir

@@ -28,8 +28,12 @@ Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]  # a fresh pass o
 
 def _compact_ids(parts: list[np.ndarray]) -> np.ndarray:
     raw = np.concatenate([np.asarray(p).astype(bytes) for p in parts]) if parts else np.array([], dtype=bytes)
-    canonical = all(s.isdigit() and (s == b"0" or not s.startswith(b"0")) and len(s) < 19 for s in raw)
-    return raw.astype(np.int64) if canonical and len(raw) else raw
+    try:
+        numbers = raw.astype(np.int64)
+    except (ValueError, OverflowError):
+        return raw
+    # canonical only: "7" and "-7" differ from "007" and "+7", which must stay as written
+    return numbers if len(raw) and (numbers >= 0).all() and np.array_equal(numbers.astype(bytes), raw) else raw
 
 
 def _training_sample(chunks: Chunks, count: int, size: int, seed: int = 0) -> np.ndarray:
