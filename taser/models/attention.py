@@ -27,6 +27,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from taser.models.config import TASER_SDPA, Attention
+from taser.models.unpad import PACKING_KWARG
 
 __all__ = ["ATTENTION_IMPLEMENTATIONS", "Attention", "ChunkedDropoutAttention", "TASER_SDPA", "chunked_dropout_attention"]
 
@@ -126,7 +127,19 @@ def chunked_dropout_attention(
 
 
 def taser_sdpa_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """transformers attention interface: SDPA, or `ChunkedDropoutAttention` for CPU dropout."""
+    """transformers attention interface: SDPA, or `ChunkedDropoutAttention` for CPU dropout;
+    a packed batch (`taser_packing`) is unpacked around the kernel."""
+    packing = kwargs.pop(PACKING_KWARG, None)
+    if packing is None:
+        return _padded_attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    if query.shape[0] != 1 or attention_mask is not None:
+        raise ValueError("a packed batch comes as one row of tokens with no attention mask of its own (see taser.models.unpad)")
+    query, key, value = (packing.unpack_heads(t) for t in (query, key, value))
+    out, _ = _padded_attention(module, query, key, value, packing.attention_mask, dropout, scaling, **kwargs)
+    return packing.pack_heads(out), None
+
+
+def _padded_attention(module, query, key, value, attention_mask, dropout: float, scaling, **kwargs):
     special = kwargs.get("position_bias") is not None or kwargs.get("is_causal") or getattr(module, "is_causal", False)
     if dropout == 0.0 or query.device.type != "cpu" or special or key.shape[1] != query.shape[1]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)

@@ -27,6 +27,7 @@ from taser.models.config import BiEncoderConfig
 from taser.models.pooling import pool
 from taser.models.pretrained import native_pooling, resolve_pretrained
 from taser.models.routers import AuxLoss
+from taser.models.unpad import encoder_states
 
 SIDES = ("question", "passage")
 CHECKPOINT_FORMAT = "taser-biencoder"
@@ -59,8 +60,12 @@ def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module
 
 
 class BiEncoder(nn.Module):
-    def __init__(self, config: BiEncoderConfig, question_encoder: nn.Module, passage_encoder: nn.Module | None = None):
+    """`unpad`: run the encoders on the real tokens only (`taser.models.unpad`); None: where the
+    attention implementation allows it (`taser_sdpa`); True requires it. A runtime setting, not saved."""
+
+    def __init__(self, config: BiEncoderConfig, question_encoder: nn.Module, passage_encoder: nn.Module | None = None, unpad: bool | None = None):
         super().__init__()
+        self.unpad = unpad
         if config.kind.two_encoders != (passage_encoder is not None):
             raise ValueError(f"a '{config.model_type}' model has {'two encoders' if config.kind.two_encoders else 'one encoder'}")
         self.config = config
@@ -108,6 +113,17 @@ class BiEncoder(nn.Module):
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
 
     # -- encoding ----------------------------------------------------------------------
+    def runs_unpadded(self, encoder: nn.Module) -> bool:
+        """Whether `encoder` runs padding-free under the `unpad` setting (ValueError if it cannot)."""
+        if self.unpad is False:
+            return False
+        packs = getattr(encoder.config, "_attn_implementation", None) == TASER_SDPA
+        if self.unpad and not packs:
+            raise ValueError(
+                f"unpad=True needs attention={TASER_SDPA}; the encoder uses {encoder.config._attn_implementation!r} (set unpad to false or null)"
+            )
+        return packs
+
     def encode_with_routing(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> tuple[torch.Tensor, AuxLoss | None]:
         """Vectors of inputs of type `side`, and this pass's routing loss (TASER learned routing; else None)."""
         encoder = self.encoder_for(side)
@@ -115,9 +131,9 @@ class BiEncoder(nn.Module):
         if self.config.kind.specialised:
             from taser.models.taser_encoder import encode
 
-            hidden, aux = encode(encoder, input_ids, attention_mask, side)
+            hidden, aux = encode(encoder, input_ids, attention_mask, side, self.runs_unpadded(encoder))
         else:
-            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = encoder_states(encoder, input_ids, attention_mask, self.runs_unpadded(encoder))
         return pool(hidden, attention_mask, self.config.pooling, self.config.normalize), aux
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:

@@ -2,7 +2,7 @@
 the stages that encode with a trained one.
 
 From `pretrained` every setting applies. From `init_checkpoint` each setting is either honoured
-or refused, never ignored: lengths, dropout and the attention kernel are honoured (they change
+or refused, never ignored: lengths, dropout, the attention kernel and `unpad` are honoured (they change
 how the weights run, not what they are); the model type, pooling, normalisation, similarity
 and TASER layout must be left unset (None, the checkpoint's own) or equal the checkpoint's.
 `check_settings` applies those rules reading only `config.json`, so a mistake is reported
@@ -81,6 +81,7 @@ def load_model(settings: ModelSettings | dict):
         tokenizer = load_tokenizer(settings.source)
     attention_dropout = settings.attention_dropout if settings.attention_dropout is not None else settings.dropout
     model.set_dropout(hidden=settings.dropout, attention=attention_dropout)
+    model.unpad = settings.unpad
     return model, tokenizer
 
 

@@ -11,6 +11,11 @@ inputs:
 
 Token routing of an attention sub-layer runs each expert on the rows holding at least one of
 its tokens (attention needs the whole sequence as keys and values) and keeps its tokens' outputs.
+
+A packed (padding-free) pass (`taser_packing`, see `taser.models.unpad`) holds the real tokens
+of all inputs in one row: token routing sees only them, and sequence routing decides on each
+input's `[CLS]` state and hands the decision (and its gate) to every token of the input, so that
+both run as a dispatch over tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 from torch import nn
 
 from taser.models.routers import SIDE_EXPERT, LearnedRouter, Routing, RoutingContext
+from taser.models.unpad import PACKING_KWARG, PackedLayout
 
 LEARNED = ("learned_sequence", "learned_token")
 
@@ -42,6 +48,12 @@ def dispatch(routing: Routing, num_experts: int, run: Callable[[int, torch.Tenso
         gate = routing.gate.index_select(0, order).to(y.dtype)
         y = y * gate.view(-1, *([1] * (y.dim() - 1)))
     return torch.empty_like(y).index_copy_(0, order, y)
+
+
+def per_token(routing: Routing, row_ids: torch.Tensor) -> Routing:
+    """A decision per input as a decision per token: token j takes the choice and gate of input row_ids[j]."""
+    gate = routing.gate.index_select(0, row_ids) if routing.gate is not None else None
+    return Routing(routing.choice.index_select(0, row_ids), gate, routing.logits.index_select(0, row_ids))
 
 
 class FFNExpert(nn.Module):
@@ -99,14 +111,25 @@ class MixtureOfExperts(nn.Module):
         ctx.record(routing, mask)
         return routing
 
+    def route_packed(self, tokens: torch.Tensor, taser_routing: RoutingContext | None, packing: PackedLayout) -> Routing:
+        """One decision per real token of a packed pass (`tokens`: (N, H)); sequence routing decides
+        on each input's first token and hands its decision to the input's tokens."""
+        if self.routing == "learned_sequence":
+            return per_token(self.route(tokens.index_select(0, packing.starts), taser_routing), packing.row_ids)
+        return self.route(tokens, taser_routing)
+
 
 class MoEFeedForward(MixtureOfExperts):
     """The FFN sub-layer of a specialised block: each expert is a copy of the pretrained FFN
     (intermediate dense + activation, output dense + dropout + residual LayerNorm)."""
 
-    def forward(self, x: torch.Tensor, taser_routing: RoutingContext | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, taser_routing: RoutingContext | None = None, taser_packing: PackedLayout | None = None) -> torch.Tensor:
         if self.routing == "deterministic":
             return self.experts[self.expert_for_side(taser_routing)](x)
+        if taser_packing is not None:  # x: (1, N, H), real tokens only
+            tokens = x[0]
+            routing = self.route_packed(tokens, taser_routing, taser_packing)
+            return dispatch(routing, self.num_experts, lambda e, idx: self.experts[e](tokens.index_select(0, idx))).view_as(x)
         if self.routing == "learned_sequence":
             routing = self.route(x[:, 0], taser_routing)
             return dispatch(routing, self.num_experts, lambda e, idx: self.experts[e](x.index_select(0, idx)))
@@ -130,7 +153,7 @@ class SpecializedBlock(nn.Module):
         for cross_attention_input in ("encoder_hidden_states", "encoder_attention_mask"):  # encoder-only models
             kwargs.pop(cross_attention_input, None)
         attended, _ = self.attention(hidden_states, attention_mask, **kwargs)
-        return self.output(attended, taser_routing)
+        return self.output(attended, taser_routing, kwargs.get(PACKING_KWARG))
 
 
 def _mask_rows(mask, rows: torch.Tensor, batch: int):
@@ -153,6 +176,9 @@ class MoEAttention(MixtureOfExperts):
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, *args, taser_routing: RoutingContext | None = None, **kwargs):
         if self.routing == "deterministic":
             return self.experts[self.expert_for_side(taser_routing)](hidden_states, attention_mask, *args, **kwargs)
+        packing = kwargs.get(PACKING_KWARG)
+        if packing is not None:
+            return self._forward_packed(hidden_states, packing, taser_routing, *args, **kwargs), None
         batch, length, width = hidden_states.shape
 
         def run_rows(e: int, rows: torch.Tensor) -> torch.Tensor:
@@ -174,3 +200,18 @@ class MoEAttention(MixtureOfExperts):
             return run_rows(e, rows)[mine.index_select(0, rows)]
 
         return dispatch(routing, self.num_experts, run_tokens).view(batch, length, width), None
+
+    def _forward_packed(self, hidden_states: torch.Tensor, packing: PackedLayout, taser_routing, *args, **kwargs) -> torch.Tensor:
+        """Learned routing of a packed pass ((1, N, H), real tokens only): each expert runs on the
+        inputs holding at least one of its tokens and keeps its tokens' outputs."""
+        tokens = hidden_states[0]
+        routing = self.route_packed(tokens, taser_routing, packing)
+
+        def run_tokens(e: int, idx: torch.Tensor) -> torch.Tensor:
+            # `idx` holds this expert's tokens in increasing order, as do `rows` and so `members`
+            rows = packing.row_ids.index_select(0, idx).unique()
+            members, layout = packing.select_rows(rows)
+            out = self.experts[e](hidden_states.index_select(1, members), None, *args, **{**kwargs, PACKING_KWARG: layout})[0]
+            return out[0][routing.choice.index_select(0, members) == e]
+
+        return dispatch(routing, self.num_experts, run_tokens).unsqueeze(0)

@@ -34,6 +34,8 @@ class ModelSettings:
     dropout: float | None = None  # None: the checkpoint's (0.1 for BERT and MiniLM)
     attention_dropout: float | None = None  # None: as `dropout`
     attention: Attention = Attention.taser_sdpa
+    # padding-free encoding (taser.models.unpad): None, where the attention allows it (taser_sdpa); true requires it
+    unpad: bool | None = None
     taser: TaserConfig = field(default_factory=TaserConfig)  # model_type=taser only
 
     def __post_init__(self):
@@ -45,6 +47,11 @@ class ModelSettings:
         if self.similarity is not None:
             self.similarity = Similarity.parse(self.similarity, "model.similarity")
         self.attention = Attention.parse(self.attention, "model.attention")
+        self.unpad = _none_if_auto(self.unpad)
+        if self.unpad not in (None, True, False):
+            raise ValueError(f"model.unpad must be true, false or null (where the attention allows it), got {self.unpad!r}")
+        if self.unpad and self.attention != Attention.taser_sdpa:
+            raise ValueError(f"model.unpad=true needs model.attention={Attention.taser_sdpa} (got {self.attention}); set model.unpad to false or null")
         if isinstance(self.taser, dict) or self.taser is None:
             self.taser = TaserConfig.from_dict(self.taser or {})
         for name in ("max_length", "max_question_length"):

@@ -35,6 +35,7 @@ from torch import nn
 from taser.models.moe import FFNExpert, MixtureOfExperts, MoEAttention, MoEFeedForward, SpecializedBlock
 from taser.models.routers import AuxLoss, LearnedRouter, RoutingContext, aux_loss
 from taser.models.taser_config import TaserConfig
+from taser.models.unpad import encoder_states
 
 __all__ = ["encode", "encoder_layers", "moe_modules", "specialize_encoder"]
 
@@ -108,14 +109,17 @@ def specialize_encoder(encoder: nn.Module, taser_cfg: dict | None) -> None:
         taser_cfg.update(cfg.to_dict())
 
 
-def encode(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> tuple[torch.Tensor, AuxLoss | None]:
+def encode(
+    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str, unpad: bool = False
+) -> tuple[torch.Tensor, AuxLoss | None]:
     """The last hidden states of a specialised encoder for inputs of type `side`, and the
-    routing loss of this pass (None under deterministic routing)."""
+    routing loss of this pass (None under deterministic routing); `unpad`: run on the real
+    tokens only (`taser.models.unpad`), which routes and counts them alone, as the padded pass counts them."""
     cfg = getattr(encoder, SETTINGS_ATTR, None)
     if not isinstance(cfg, TaserConfig):
         raise ValueError(f"{type(encoder).__name__} has not been specialised by specialize_encoder")
     context = RoutingContext(side, attention_mask, getattr(encoder, SHARED_GATE_ATTR, None))
-    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask, taser_routing=context).last_hidden_state
+    hidden = encoder_states(encoder, input_ids, attention_mask, unpad, taser_routing=context)
     return hidden, aux_loss(context.records, cfg.load_balance_weight, cfg.entropy_weight)
 
 

@@ -1,0 +1,117 @@
+"""Padding-free encoding: a batch costs its real tokens, not batch x longest.
+
+A padded batch (B, L) with N real tokens runs through the Hugging Face encoder as one packed
+row (1, N): the real tokens' ids with their own position ids (0, 1, ... within each input,
+offset as RoBERTa-style embeddings offset them). Embeddings, the Q/K/V and output projections,
+the FFNs (and TASER's experts and routers) and every LayerNorm and dropout then run on the N
+real tokens only. The one step that needs the inputs apart is the attention core,
+softmax(q k^T) v: the `taser_sdpa` attention function (`taser.models.attention`) finds the
+`PackedLayout` among its keyword arguments (`taser_packing`, handed to every block as
+`taser_routing` is), scatters q, k and v into the padded (B, heads, L, d) layout, runs the same
+masked kernel as the padded path, and gathers the real tokens' outputs back. So the linear
+layers, about nine tenths of a BERT block's FLOPs at L=256, skip the padding.
+
+`encoder_states` returns the last hidden states in the padded (B, L, H) layout (zeros at the
+pads), so pooling is unchanged. The vectors and gradients equal the padded path's to float
+tolerance (tests/test_unpad.py); with dropout in training the masks are drawn over N tokens
+instead of B x L, so the two paths are equal in distribution, not sample by sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+PACKING_KWARG = "taser_packing"
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where the N real tokens of a right-padded (B, L) batch sit, and how to move between layouts."""
+
+    indices: torch.Tensor  # (N,) long: flat position b * L + t of each real token, in row-major order
+    row_ids: torch.Tensor  # (N,) long: the input (row) each real token belongs to
+    starts: torch.Tensor  # (B,) long: packed index of each input's first token ([CLS])
+    token_mask: torch.Tensor  # (B, L) bool: the real tokens
+    attention_mask: torch.Tensor  # (B, 1, L, L) bool keep-mask for the padded attention core
+
+    @classmethod
+    def from_mask(cls, mask: torch.Tensor) -> PackedLayout:
+        """The layout of a (B, L) 0/1 mask; every input needs at least one real token."""
+        mask = mask.bool()
+        batch, length = mask.shape
+        lengths = mask.sum(1)
+        if batch and not bool((lengths > 0).all()):
+            raise ValueError("padding-free encoding needs at least one real token per input (an all-padding row was given)")
+        indices = mask.reshape(-1).nonzero().squeeze(1)
+        row_ids = torch.div(indices, length, rounding_mode="floor")
+        starts = torch.cumsum(lengths, 0) - lengths
+        attention_mask = mask[:, None, None, :].expand(batch, 1, length, length)
+        return cls(indices, row_ids, starts, mask, attention_mask)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.token_mask.shape)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.indices.numel()
+
+    def position_ids(self, offset: int = 0) -> torch.Tensor:
+        """(N,) each real token's position within its input, plus `offset`."""
+        positions = torch.cumsum(self.token_mask, 1) - 1
+        return positions.reshape(-1).index_select(0, self.indices) + offset
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, ...) -> (N, ...): the real tokens' rows."""
+        return x.reshape(-1, *x.shape[2:]).index_select(0, self.indices)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, L, ...), zeros at the pads (differentiable in `x`)."""
+        batch, length = self.shape
+        out = x.new_zeros((batch * length, *x.shape[1:]))
+        return out.index_copy(0, self.indices, x).view(batch, length, *x.shape[1:])
+
+    def select_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, PackedLayout]:
+        """The packed indices of the tokens of `rows` (ascending row indices) and their own layout."""
+        chosen = torch.zeros(self.shape[0], dtype=torch.bool, device=self.row_ids.device)
+        chosen[rows] = True
+        tokens = chosen.index_select(0, self.row_ids).nonzero().squeeze(1)
+        return tokens, PackedLayout.from_mask(self.token_mask.index_select(0, rows))
+
+    # -- the attention core, padded: q, k, v as transformers' attention functions get them ---------------
+    def unpack_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(1, heads, N, d) -> (B, heads, L, d), zeros at the pads."""
+        return self.unpack(x[0].transpose(0, 1)).transpose(1, 2)
+
+    def pack_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, heads, d) (an attention function's output) -> (1, N, heads, d)."""
+        return self.pack(x).unsqueeze(0)
+
+
+def position_offset(encoder: nn.Module) -> int:
+    """Where an encoder's positions start: 0 for BERT, `padding_idx + 1` for RoBERTa-style embeddings."""
+    embeddings = getattr(getattr(encoder, "base_model", encoder), "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    return 0 if padding_idx is None else int(padding_idx) + 1
+
+
+def encoder_states(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, unpad: bool, **kwargs) -> torch.Tensor:
+    """The encoder's last hidden states (B, L, H) of a right-padded batch.
+
+    With `unpad`, and padding present, the encoder runs on the real tokens only (see the module
+    docstring; its attention implementation must be `taser_sdpa`) and the pads' states are zeros;
+    else it runs as usual, padded. `kwargs` go to the encoder (e.g. `taser_routing`).
+    """
+    if not unpad or attention_mask is None or bool(attention_mask.bool().all()):
+        return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+    layout = PackedLayout.from_mask(attention_mask)
+    packed = encoder(
+        input_ids=layout.pack(input_ids).unsqueeze(0),
+        position_ids=layout.position_ids(position_offset(encoder)).unsqueeze(0),
+        **{PACKING_KWARG: layout},
+        **kwargs,
+    ).last_hidden_state
+    return layout.unpack(packed[0])

@@ -1,0 +1,207 @@
+"""Padding-free encoding (taser.models.unpad) computes what the padded path computes: the same
+vectors, routing losses and gradients, for every model type and TASER's routed variants."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModel, BertConfig, RobertaConfig
+
+from taser.models import unpad as unpad_module
+from taser.models.biencoder import BiEncoder
+from taser.models.config import BiEncoderConfig
+from taser.models.routers import RoutingContext
+from taser.models.settings import ModelSettings
+from taser.models.taser_encoder import moe_modules
+from taser.models.unpad import PackedLayout, encoder_states
+
+VOCAB = 120
+QUESTION_LENGTHS = [1, 9, 3, 17]  # a question of [CLS] alone, and very different lengths
+PASSAGE_LENGTHS = [41, 2, 13, 29, 1, 7]
+
+VARIANTS = {
+    "dpr": ("dpr", {}),
+    "shared": ("shared", {}),
+    "taser": ("taser", {}),
+    "taser_seq": ("taser", {"routing": "learned_sequence"}),
+    "taser_token": ("taser", {"routing": "learned_token"}),
+    "taser_token_shared_gate": ("taser", {"routing": "learned_token", "shared_gate": True, "entropy_weight": 0.1}),
+    "taser_attention": ("taser", {"specialize": "attention"}),
+    "taser_attention_seq": ("taser", {"specialize": "attention", "routing": "learned_sequence"}),
+    "taser_attention_token": ("taser", {"specialize": "attention", "routing": "learned_token", "num_experts": 3}),
+}
+
+
+def batch(lengths: list[int], seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    ids = torch.randint(1, VOCAB, mask.shape, generator=g) * mask  # pad id 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def tiny_encoder(seed: int, attention: str = "taser_sdpa", layers: int = 3):
+    torch.manual_seed(seed)
+    cfg = BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    return AutoModel.from_config(cfg, attn_implementation=attention)
+
+
+def build(variant: str, pooling: str = "mean") -> BiEncoder:
+    model_type, settings = VARIANTS[variant]
+    settings = {"specialized_layers": [0, 2], **settings} if model_type == "taser" else {}
+    config = BiEncoderConfig(model_type=model_type, pooling=pooling, taser=settings)
+    model = BiEncoder(config, tiny_encoder(0), tiny_encoder(1) if model_type == "dpr" else None)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # experts that differ, routers that spread their choices
+        for moe in moe_modules(model.question_encoder):
+            for expert in moe.experts[1:]:
+                for p in expert.parameters():
+                    p.add_(torch.randn(p.shape, generator=g) * 0.3)
+        for name, p in model.named_parameters():
+            if "router" in name or "taser_gate" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+    return model
+
+
+@pytest.fixture
+def no_gumbel_noise(monkeypatch):
+    """Learned routers in training draw Gumbel noise per routed unit: B x L units padded, N
+    packed. Zero noise makes the training-mode choice (and its straight-through gate) the same."""
+    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, *a, **k: self.fill_(1.0))
+
+
+@pytest.fixture
+def packings(monkeypatch):
+    """Counts the packed passes, so that a test cannot compare the padded path with itself."""
+    made = []
+    original = PackedLayout.from_mask.__func__
+
+    def counting(cls, mask):
+        made.append(tuple(mask.shape))
+        return original(cls, mask)
+
+    monkeypatch.setattr(PackedLayout, "from_mask", classmethod(counting))
+    return made
+
+
+def run(model: BiEncoder, unpad: bool, q: dict, p: dict):
+    model.unpad = unpad
+    model.zero_grad(set_to_none=True)
+    out = model(q, p)
+    scores = out.questions @ out.passages.T
+    loss = scores.square().mean() + (out.aux_loss.total if out.aux_loss is not None else 0.0)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out, grads
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_same_vectors_losses_and_gradients(variant, no_gumbel_noise, packings):
+    model = build(variant).train()  # training mode: routers' gates carry gradients; dropout is 0
+    q, p = batch(QUESTION_LENGTHS, 0), batch(PASSAGE_LENGTHS, 1)
+    padded, padded_grads = run(model, False, q, p)
+    assert not packings
+    packed, packed_grads = run(model, True, q, p)
+    assert {(4, 17), (6, 41)} <= set(packings)  # the question pass and the passage pass ran packed
+
+    torch.testing.assert_close(packed.questions, padded.questions, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(packed.passages, padded.passages, atol=1e-5, rtol=1e-4)
+    assert (packed.aux_loss is None) == (padded.aux_loss is None) == ("learned" not in str(VARIANTS[variant][1]))
+    if padded.aux_loss is not None:
+        torch.testing.assert_close(packed.aux_loss.total, padded.aux_loss.total, atol=1e-6, rtol=1e-5)
+        assert packed.aux_loss.parts == pytest.approx(padded.aux_loss.parts, rel=1e-5, abs=1e-6)
+    assert packed_grads.keys() == padded_grads.keys()
+    assert any("router" in n or "taser_gate" in n for n in padded_grads) == (padded.aux_loss is not None)
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("variant", ["taser_seq", "taser_token", "taser_attention_seq", "taser_attention_token"])
+def test_routers_count_real_tokens_only(variant, no_gumbel_noise):
+    """Both paths record one decision per real token (token routing) or per input (sequence
+    routing), pads left out, and the same decisions, which use more than one expert."""
+    model = build(variant).train()
+    routing = VARIANTS[variant][1]["routing"]
+    p = batch(PASSAGE_LENGTHS, 1)
+    decisions = {}
+    for unpad in (False, True):
+        context = RoutingContext("passage", p["attention_mask"], getattr(model.question_encoder, "taser_gate", None))
+        hidden = encoder_states(model.question_encoder, p["input_ids"], p["attention_mask"], unpad, taser_routing=context)
+        assert hidden.shape == (*p["input_ids"].shape, 32)
+        decisions[unpad] = [r.choice for r in context.records]
+    units = sum(PASSAGE_LENGTHS) if routing == "learned_token" else len(PASSAGE_LENGTHS)
+    assert len(decisions[True]) == len(decisions[False]) == 2  # two specialised layers
+    for padded, packed in zip(decisions[False], decisions[True]):
+        assert padded.numel() == packed.numel() == units
+        assert torch.equal(padded, packed)
+    assert len(torch.cat(decisions[True]).unique()) > 1
+
+
+def test_attention_dropout_and_cls_pooling_agree_under_one_seed(packings):
+    """CPU training with attention dropout (the chunked kernel) draws its masks over the padded
+    (B, heads, L, L) core in both paths, so one seed gives the same vectors and gradients."""
+    model = build("shared", pooling="cls").train()
+    model.set_dropout(hidden=0.0, attention=0.2)
+    q, p = batch(QUESTION_LENGTHS, 0), batch(PASSAGE_LENGTHS, 1)
+    torch.manual_seed(5)
+    padded, padded_grads = run(model, False, q, p)
+    torch.manual_seed(5)
+    packed, packed_grads = run(model, True, q, p)
+    assert {(4, 17), (6, 41)} <= set(packings)
+    torch.testing.assert_close(packed.passages, padded.passages, atol=1e-5, rtol=1e-4)
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=1e-4)
+
+
+def test_roberta_positions_start_after_the_padding_index():
+    torch.manual_seed(0)
+    cfg = RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, pad_token_id=1)
+    encoder = AutoModel.from_config(cfg, attn_implementation="taser_sdpa").eval()
+    assert unpad_module.position_offset(encoder) == 2
+    p = batch(PASSAGE_LENGTHS, 1)
+    p["input_ids"] = torch.where(p["attention_mask"].bool(), p["input_ids"].clamp(min=2), 1)  # RoBERTa's pad id is 1
+    mask = p["attention_mask"].unsqueeze(-1)
+    with torch.no_grad():
+        padded = encoder_states(encoder, p["input_ids"], p["attention_mask"], False)
+        packed = encoder_states(encoder, p["input_ids"], p["attention_mask"], True)
+    torch.testing.assert_close(packed, padded * mask, atol=1e-5, rtol=1e-4)
+
+
+def test_layout_round_trip_and_edge_cases():
+    mask = batch([3, 1, 4], 0)["attention_mask"]
+    layout = PackedLayout.from_mask(mask)
+    assert layout.num_tokens == 8 and layout.starts.tolist() == [0, 3, 4]
+    assert layout.position_ids().tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+    x = torch.randn(3, 4, 5)
+    torch.testing.assert_close(layout.unpack(layout.pack(x)), x * mask.unsqueeze(-1))
+    tokens, sub = layout.select_rows(torch.tensor([0, 2]))
+    assert tokens.tolist() == [0, 1, 2, 4, 5, 6, 7] and sub.starts.tolist() == [0, 3]
+    with pytest.raises(ValueError, match="at least one real token"):
+        PackedLayout.from_mask(torch.tensor([[1, 1], [0, 0]]))
+
+
+def test_no_padding_runs_the_plain_path(packings):
+    model = build("taser_token").eval()
+    q = batch([5, 5, 5], 0)
+    model.unpad = True
+    model.encode(q["input_ids"], q["attention_mask"], "question")
+    assert not packings  # nothing to drop: the encoder runs as it is
+
+
+def test_unpad_setting_follows_the_attention_kernel():
+    model = BiEncoder(BiEncoderConfig(model_type="shared"), tiny_encoder(0, attention="sdpa"))
+    q = batch(QUESTION_LENGTHS, 0)
+    assert model.unpad is None and not model.runs_unpadded(model.question_encoder)
+    model.encode(q["input_ids"], q["attention_mask"], "question")  # padded, with transformers' sdpa
+    model.unpad = True
+    with pytest.raises(ValueError, match="unpad=True needs attention=taser_sdpa"):
+        model.encode(q["input_ids"], q["attention_mask"], "question")
+    assert BiEncoder(BiEncoderConfig(model_type="shared"), tiny_encoder(0)).runs_unpadded(model.question_encoder) is False
+    assert build("shared").runs_unpadded(build("shared").question_encoder) is True
+    assert ModelSettings(unpad=None).unpad is None
+    with pytest.raises(ValueError, match="model.unpad=true needs model.attention=taser_sdpa"):
+        ModelSettings(unpad=True, attention="eager")
