@@ -71,8 +71,8 @@ class PackedLayout:
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(N, ...) -> (B, L, ...), zeros at the pads (differentiable in `x`)."""
         batch, length = self.shape
-        out = x.new_zeros((batch * length, *x.shape[1:]))
-        return out.index_copy(0, self.indices, x).view(batch, length, *x.shape[1:])
+        out = x.new_zeros((batch * length, *x.shape[1:]))  # filled in place: no copy of the zeros
+        return out.index_copy_(0, self.indices, x).view(batch, length, *x.shape[1:])
 
     def select_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, PackedLayout]:
         """The packed indices of the tokens of `rows` (ascending row indices) and their own layout."""
