@@ -3,6 +3,11 @@
 corpus.jsonl: one JSON object per line with `_id`, `text` and (optional) `title`.
 queries.jsonl: one JSON object per line with `_id` and `text`.
 qrels: tab-separated `query-id  corpus-id  score` with that header line; scores are integers.
+
+As BEIR's own loader does, the queries of a split are those its qrels name (a query of
+`queries.jsonl` without judgements is not evaluated). The corpus is converted once into a DPR
+passages TSV (`write_beir_passages`), so that BM25, encoding and FAISS indexes read it like any
+other corpus.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import csv
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from taser.data.errors import DataFormatError
-from taser.data.passages import Passage
+from taser.data.passages import Passage, write_passages
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
 
@@ -114,3 +121,78 @@ def read_beir_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
                 raise DataFormatError(path, f"line {line}", f"conflicting scores for ({qid!r}, {docid!r}): {judged[docid]} and {score}")
             judged[docid] = score
     return qrels
+
+
+@dataclass(frozen=True)
+class BeirFiles:
+    corpus: Path
+    queries: Path
+    qrels: Path
+
+    @property
+    def name(self) -> str:
+        """The dataset's name: its directory's (`scifact`, `nfcorpus`, ...)."""
+        return self.corpus.resolve().parent.name
+
+
+def beir_files(directory: str | os.PathLike, split: str = "test") -> BeirFiles:
+    """The three files of a BEIR dataset directory, checked to exist."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"BEIR dataset directory not found: {directory}")
+    files = BeirFiles(directory / "corpus.jsonl", directory / "queries.jsonl", directory / "qrels" / f"{split}.tsv")
+    for what, path in (("corpus", files.corpus), ("queries", files.queries), (f"qrels ({split} split)", files.qrels)):
+        if not path.is_file():
+            raise FileNotFoundError(f"BEIR {what} file not found: {path}")
+    return files
+
+
+def read_beir_split(files: BeirFiles) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """(queries, qrels) of a split: the queries its qrels judge, in the qrels' order.
+
+    A query id of the qrels that `queries.jsonl` lacks is an error naming both files.
+    """
+    qrels = read_beir_qrels(files.qrels)
+    if not qrels:
+        raise DataFormatError(files.qrels, "line 2", "no judgements after the header")
+    all_queries = read_beir_queries(files.queries)
+    missing = [qid for qid in qrels if qid not in all_queries]
+    if missing:
+        shown = ", ".join(repr(q) for q in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise DataFormatError(files.qrels, "query-id column", f"{len(missing)} query id(s) not in {files.queries}: {shown}")
+    return {qid: all_queries[qid] for qid in qrels}, qrels
+
+
+def beir_passages(corpus: str | os.PathLike, stats: dict | None = None) -> Iterator[Passage]:
+    """The corpus as passages for a passages TSV. Document ids must be unique.
+
+    A document with an empty text but a title is kept with its title as its text (DPR's TSV
+    needs a text); one with neither is skipped. `stats` (if given) counts both.
+    """
+    stats = stats if stats is not None else {}
+    stats.update(documents=0, title_as_text=0, skipped_empty=0)
+    _exists(corpus, "corpus")
+    seen: set[str] = set()
+    for line_no, obj in _json_lines(corpus):
+        p = Passage(_id(obj, corpus, line_no), _text_field(obj, "text", corpus, line_no), _text_field(obj, "title", corpus, line_no, required=False))
+        if p.id in seen:
+            raise DataFormatError(corpus, f"line {line_no}", f"duplicate document id {p.id!r}")
+        seen.add(p.id)
+        if p.text.strip():
+            stats["documents"] += 1
+            yield p
+        elif p.title.strip():
+            stats["documents"] += 1
+            stats["title_as_text"] += 1
+            yield Passage(p.id, p.title, "")
+        else:
+            stats["skipped_empty"] += 1
+    if not stats["documents"]:
+        raise DataFormatError(corpus, "top level", "no document with a text or a title")
+
+
+def write_beir_passages(corpus: str | os.PathLike, passages_tsv: str | os.PathLike) -> dict:
+    """Convert `corpus.jsonl` into a passages TSV (atomically); returns the counts of `beir_passages`."""
+    stats: dict = {}
+    write_passages(passages_tsv, beir_passages(corpus, stats))
+    return stats
