@@ -16,7 +16,7 @@ from taser.data.passages import Passage
 from taser.data.qa import QAPair
 from taser.data.retrieval_json import write_retrieval_results
 from taser.evaluation.answers import has_answer
-from taser.evaluation.topk import DEFAULT_KS, format_topk, top_k_accuracy
+from taser.evaluation.topk import CURVE_K, DEFAULT_KS, format_topk, top_k_accuracy
 from taser.io import atomic_open
 
 Ranked = Sequence[tuple[str, float]]
@@ -45,16 +45,25 @@ def evaluate_retrieval(
     ks: Sequence[int] = DEFAULT_KS,
     meta: dict | None = None,
     write_json: bool = True,
+    curve_k: int = CURVE_K,
+    retrieval_file: str = "retrieval.json",
+    results_file: str | None = "results.json",
+    passages: dict[str, Passage] | None = None,
 ) -> dict:
     """Top-k accuracy of `retrieved` (per question: (passage id, score) best first).
 
-    Writes `out_dir/retrieval.json` (DPR's format) and `out_dir/results.json`; returns the latter.
+    Writes `out_dir/<retrieval_file>` (DPR's format) and `out_dir/<results_file>` (unless None);
+    returns the results: `meta`, the question count, `top_k` at `ks` and `top_k_curve`, the
+    accuracy at k = 1..`curve_k` (for the report's plots). `passages`: the retrieved passages,
+    when the caller has read them already (several evaluations over one large corpus).
     """
     if len(qa) != len(retrieved):
         raise ValueError(f"{len(qa)} questions but {len(retrieved)} result lists")
-    passages = fetch_passages(passages_tsv, {pid for ranked in retrieved for pid, _ in ranked})
+    if passages is None:
+        passages = fetch_passages(passages_tsv, {pid for ranked in retrieved for pid, _ in ranked})
     hits = judge(qa, retrieved, passages, match)
     acc = top_k_accuracy(hits, ks)
+    curve = top_k_accuracy(hits, range(1, curve_k + 1))
     out = Path(out_dir)
     if write_json:
         records = (
@@ -68,8 +77,10 @@ def evaluate_retrieval(
             }
             for q, ranked, hit in zip(qa, retrieved, hits)
         )
-        write_retrieval_results(out / "retrieval.json", records)
-    results = {**(meta or {}), "questions": len(qa), "match": match, "top_k": {str(k): round(v, 2) for k, v in acc.items()}, "summary": format_topk(acc)}
-    with atomic_open(out / "results.json") as f:
-        json.dump(results, f, indent=2)
+        write_retrieval_results(out / retrieval_file, records)
+    results = {**(meta or {}), "questions": len(qa), "match": match, "top_k": {str(k): round(v, 2) for k, v in acc.items()}, "summary": format_topk(acc),
+               "top_k_curve": [round(curve[k], 2) for k in range(1, curve_k + 1)]}
+    if results_file is not None:
+        with atomic_open(out / results_file) as f:
+            json.dump(results, f, indent=2)
     return results

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 DEFAULT_KS = (1, 5, 20, 100)
+CURVE_K = 100  # results.json keeps the accuracy at every k up to this, for the report's curves
 
 
 def top_k_accuracy(hits: Sequence[Sequence[bool]], ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]:

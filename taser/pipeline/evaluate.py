@@ -1,28 +1,99 @@
 """Stage: retrieve top-k passages for a QA file (dense, BM25 or hybrid) and evaluate top-k accuracy.
 
-Every retriever ends in `evaluate_retrieval`, so all write the same DPR retrieval JSON and a
-`results.json` naming the retriever and its settings.
+`retrieve` is the one way every evaluation (QA files here, BEIR and EntityQuestions in
+`taser.pipeline.evaluate_ood`) gets its ranked lists; every QA retriever ends in
+`evaluate_retrieval`, so all write the same DPR retrieval JSON and a `results.json` naming the
+task, dataset, retriever and its settings, with the top-k accuracy curve the report plots.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from taser.choice import Choice
 from taser.data.qa import read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
 from taser.retrieval.bm25 import BM25Settings
-from taser.retrieval.hybrid import DPR_LAMBDA, fuse_many
+from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule, fuse_many
 
 # torch, transformers and faiss are imported only by the dense paths: BM25 alone starts fast.
 
 log = logging.getLogger(__name__)
 
 
-def _dense_results(checkpoint, index_dir, passages_tsv, questions: list[str], k: int, batch_size: int, precision: str,
-                   device: str) -> tuple[list, dict, float]:
+class Retriever(Choice):
+    dense = "dense"
+    bm25 = "bm25"
+    hybrid = "hybrid"
+
+
+@dataclass
+class RetrieverSettings:
+    """What retrieves, and how: the same for every task (QA file, BEIR, EntityQuestions)."""
+
+    retriever: Retriever = Retriever.dense
+    checkpoint: str | os.PathLike | None = None  # dense, hybrid
+    index_dir: str | os.PathLike | None = None  # dense, hybrid; None: encode the passages into a flat index under the run's directory
+    bm25: BM25Settings = field(default_factory=BM25Settings)  # bm25, hybrid (index_dir None: under the run's directory)
+    lam: float = DPR_LAMBDA  # hybrid: bm25 + λ·dense
+    rule: HybridRule = HybridRule.dpr
+    candidates: int | None = None  # hybrid: each retriever's top-N fused (None: k)
+    batch_size: int = 128
+    precision: str = "auto"
+    device: str = "auto"
+
+    def __post_init__(self):
+        self.retriever = Retriever.parse(self.retriever, "retriever")
+        self.rule = HybridRule.parse(self.rule, "hybrid rule")
+        self.bm25 = BM25Settings.from_dict(self.bm25)
+        if self.retriever != Retriever.bm25 and not self.checkpoint:
+            raise ValueError(f"retriever={self.retriever} needs a checkpoint")
+
+
+def _questions_per_s(questions: int, seconds: float) -> float:
+    return round(questions / max(seconds, 1e-9), 2)
+
+
+def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precision: str = "auto", device: str = "auto") -> Path:
+    """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
+    this checkpoint's vectors of this passages file, else encoded (resumably) and built."""
+    from taser.models.biencoder import read_checkpoint_config
+    from taser.pipeline.encode import encode_corpus
+    from taser.pipeline.index import build_index
+    from taser.retrieval.embeddings import check_same_passages, checkpoint_identity, shard_dir
+    from taser.retrieval.faiss_index import metric_for
+    from taser.retrieval.index_types import IndexConfig
+
+    work = Path(work_dir)
+    index_dir, embeddings = work / "index", work / "embeddings"
+    identity = checkpoint_identity(checkpoint)
+    if (index_dir / "index.json").is_file():
+        meta = json.loads((index_dir / "index.json").read_text())
+        try:
+            check_same_passages(meta.get("passages"), passages_tsv, str(index_dir))
+            same_passages = meta.get("passages") is not None
+        except ValueError:
+            same_passages = False
+        if meta.get("checkpoint") == identity and same_passages:
+            log.info("reusing the flat index %s of %s", index_dir, checkpoint)
+            return index_dir
+    manifest = shard_dir(embeddings, 0, 1) / "manifest.json"
+    if manifest.is_file() and json.loads(manifest.read_text()).get("checkpoint") != identity:
+        shutil.rmtree(embeddings)  # another checkpoint's vectors: this directory is the stage's scratch
+    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, progress=False)
+    similarity = read_checkpoint_config(checkpoint)[0].similarity
+    build_index(embeddings, index_dir, IndexConfig("flat", metric_for(similarity)))
+    shutil.rmtree(embeddings)
+    return index_dir
+
+
+def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: int, work_dir) -> tuple[list, dict, float]:
     """(results, meta, seconds) of a checkpoint's dense retrieval."""
     from taser.models.loading import load_checkpoint
     from taser.models.params import parameter_report
@@ -31,15 +102,17 @@ def _dense_results(checkpoint, index_dir, passages_tsv, questions: list[str], k:
     from taser.retrieval.faiss_index import load_index
     from taser.runtime import precision_record
 
-    model, tokenizer = load_checkpoint(checkpoint, device)
-    runtime = precision_record(precision, next(model.parameters()).device)
+    index_dir = s.index_dir or dense_index(s.checkpoint, passages_tsv, Path(work_dir) / "dense-index", min(s.batch_size, 64), s.precision, s.device)
+    model, tokenizer = load_checkpoint(s.checkpoint, s.device)
+    runtime = precision_record(s.precision, next(model.parameters()).device)
     index = load_index(index_dir)
     check_same_passages(index.meta.get("passages"), passages_tsv, f"the index {index_dir}")
     start = time.perf_counter()
-    retrieved = dense_retrieve(model, tokenizer, index, questions, k, batch_size, runtime["precision"])
+    retrieved = dense_retrieve(model, tokenizer, index, questions, k, s.batch_size, runtime["precision"])
     seconds = time.perf_counter() - start
     meta = {
-        "model": str(checkpoint),
+        "model": str(s.checkpoint),
+        "index": str(index_dir),
         "model_type": model.config.model_type,
         "pretrained": model.config.pretrained,
         "parameters": parameter_report(model)["total"],
@@ -48,26 +121,65 @@ def _dense_results(checkpoint, index_dir, passages_tsv, questions: list[str], k:
     return retrieved, meta, seconds
 
 
-def _questions_per_s(questions: int, seconds: float) -> float:
-    return round(questions / max(seconds, 1e-9), 2)
-
-
-def _bm25_results(passages_tsv, questions: list[str], k: int, bm25, default_dir) -> tuple[list, dict, float]:
+def _bm25_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: int, work_dir) -> tuple[list, dict, float]:
     """(results, meta, seconds) of BM25 retrieval; the index is built once, then reused."""
-    settings = BM25Settings.from_dict(bm25)
-    index = settings.open(passages_tsv, default_dir)
+    index = s.bm25.open(passages_tsv, Path(work_dir) / "bm25-index")
     try:
         start = time.perf_counter()
-        retrieved = index.batch_search(questions, k, settings.threads)
+        retrieved = index.batch_search(questions, k, s.bm25.threads)
         seconds = time.perf_counter() - start
     finally:
         index.close()
-    return retrieved, settings.describe(index), seconds
+    return retrieved, s.bm25.describe(index), seconds
+
+
+def retrieve(settings: RetrieverSettings, questions: list[str], passages_tsv, k: int, work_dir) -> tuple[list[list[tuple[str, float]]], dict]:
+    """Per question, the top-k (passage id, score) pairs, best first; and what retrieved them
+    (the `results.json` fields: retriever, model, parameters, BM25 settings, questions/s).
+
+    `work_dir` holds what the retriever builds when not told where: the flat index of a
+    checkpoint without `index_dir` (`work_dir/dense-index`), a BM25 index without
+    `bm25.index_dir` (`work_dir/bm25-index`).
+    """
+    s = settings
+    if s.retriever == Retriever.dense:
+        retrieved, meta, seconds = _dense_results(s, passages_tsv, questions, k, work_dir)
+        return retrieved, {"retriever": "dense", **meta, "questions_per_s": _questions_per_s(len(questions), seconds)}
+    if s.retriever == Retriever.bm25:
+        retrieved, meta, seconds = _bm25_results(s, passages_tsv, questions, k, work_dir)
+        return retrieved, {"retriever": "bm25", "bm25": meta, "questions_per_s": _questions_per_s(len(questions), seconds)}
+    n = s.candidates or k
+    dense, dense_meta, dense_seconds = _dense_results(s, passages_tsv, questions, n, work_dir)
+    sparse, bm25_meta, bm25_seconds = _bm25_results(s, passages_tsv, questions, n, work_dir)
+    start = time.perf_counter()
+    fused = fuse_many(sparse, dense, s.lam, s.rule, k)
+    seconds = dense_seconds + bm25_seconds + time.perf_counter() - start
+    return fused, {"retriever": "hybrid", "rule": str(s.rule), "lambda": s.lam, "candidates": n, **dense_meta, "bm25": bm25_meta,
+                   "questions_per_s": _questions_per_s(len(questions), seconds)}
+
+
+def qa_dataset_name(qa_file: str | os.PathLike) -> str:
+    """A QA file's dataset name for reports: its file name without `.qa`, `.csv`, `.tsv` (`nq-test`)."""
+    name = Path(qa_file).name
+    for suffix in (".tsv", ".csv", ".qa"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def evaluate_qa(settings: RetrieverSettings, qa_file, passages_tsv, out_dir, k: int = 100, match: str = "string",
+                dataset: str | None = None, name: str | None = None) -> dict:
+    """Top-k accuracy of `settings`' retriever on a QA file; writes `out_dir/retrieval.json` and `results.json`."""
+    qa = list(read_qa(qa_file))
+    retrieved, meta = retrieve(settings, [q.question for q in qa], passages_tsv, k, out_dir)
+    head = {"task": "qa", "dataset": dataset or qa_dataset_name(qa_file), **({"name": name} if name else {})}
+    results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta={**head, **meta})
+    log.info("%s (%s): %s", qa_file, meta["retriever"], results["summary"])
+    return results
 
 
 def evaluate_dense(
     checkpoint: str | os.PathLike,
-    index_dir: str | os.PathLike,
+    index_dir: str | os.PathLike | None,
     qa_file: str | os.PathLike,
     passages_tsv: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -76,13 +188,12 @@ def evaluate_dense(
     batch_size: int = 128,
     precision: str = "auto",
     device: str = "auto",
+    dataset: str | None = None,
+    name: str | None = None,
 ) -> dict:
-    qa = list(read_qa(qa_file))
-    retrieved, meta, seconds = _dense_results(checkpoint, index_dir, passages_tsv, [q.question for q in qa], k, batch_size, precision, device)
-    meta = {"retriever": "dense", **meta, "questions_per_s": _questions_per_s(len(qa), seconds)}
-    results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=meta)
-    log.info("%s: %s", qa_file, results["summary"])
-    return results
+    """A checkpoint's top-k accuracy; `index_dir` None: a flat index built under `out_dir`."""
+    settings = RetrieverSettings("dense", checkpoint, index_dir, batch_size=batch_size, precision=precision, device=device)
+    return evaluate_qa(settings, qa_file, passages_tsv, out_dir, k, match, dataset, name)
 
 
 def evaluate_bm25(
@@ -92,19 +203,17 @@ def evaluate_bm25(
     k: int = 100,
     match: str = "string",
     bm25: BM25Settings | dict | None = None,
+    dataset: str | None = None,
+    name: str | None = None,
 ) -> dict:
     """BM25's top-k accuracy. `bm25`: backend, k1, b, index_dir (default `<out_dir>/bm25-index`), threads."""
-    qa = list(read_qa(qa_file))
-    retrieved, meta, seconds = _bm25_results(passages_tsv, [q.question for q in qa], k, bm25, Path(out_dir) / "bm25-index")
-    meta = {"retriever": "bm25", "bm25": meta, "questions_per_s": _questions_per_s(len(qa), seconds)}
-    results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=meta)
-    log.info("%s (BM25 %s): %s", qa_file, meta["bm25"]["backend"], results["summary"])
-    return results
+    settings = RetrieverSettings("bm25", bm25=BM25Settings.from_dict(bm25))
+    return evaluate_qa(settings, qa_file, passages_tsv, out_dir, k, match, dataset, name)
 
 
 def evaluate_hybrid(
     checkpoint: str | os.PathLike,
-    index_dir: str | os.PathLike,
+    index_dir: str | os.PathLike | None,
     qa_file: str | os.PathLike,
     passages_tsv: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -117,22 +226,20 @@ def evaluate_hybrid(
     batch_size: int = 128,
     precision: str = "auto",
     device: str = "auto",
+    dataset: str | None = None,
+    name: str | None = None,
 ) -> dict:
     """Top-k accuracy of BM25 fused with a dense checkpoint (`taser.retrieval.hybrid`).
 
     Each retriever returns its top-`candidates` (default k); their union is reranked by `rule`
     with weight `lam` on the dense score, and the first k are judged.
     """
-    qa = list(read_qa(qa_file))
-    questions = [q.question for q in qa]
-    n = candidates or k
-    dense, dense_meta, dense_seconds = _dense_results(checkpoint, index_dir, passages_tsv, questions, n, batch_size, precision, device)
-    sparse, bm25_meta, bm25_seconds = _bm25_results(passages_tsv, questions, n, bm25, Path(out_dir) / "bm25-index")
-    start = time.perf_counter()
-    fused = fuse_many(sparse, dense, lam, rule, k)
-    seconds = dense_seconds + bm25_seconds + time.perf_counter() - start
-    meta = {"retriever": "hybrid", "rule": rule, "lambda": lam, "candidates": n, **dense_meta, "bm25": bm25_meta,
-            "questions_per_s": _questions_per_s(len(qa), seconds)}
-    results = evaluate_retrieval(qa, fused, passages_tsv, out_dir, match, meta=meta)
-    log.info("%s (hybrid, %s, λ=%g): %s", qa_file, rule, lam, results["summary"])
-    return results
+    settings = RetrieverSettings("hybrid", checkpoint, index_dir, BM25Settings.from_dict(bm25), lam, rule, candidates, batch_size, precision, device)
+    return evaluate_qa(settings, qa_file, passages_tsv, out_dir, k, match, dataset, name)
+
+
+def with_bm25_dir(settings: RetrieverSettings, index_dir: str | os.PathLike) -> RetrieverSettings:
+    """`settings` with BM25's index in `index_dir` unless one was given."""
+    if settings.bm25.index_dir:
+        return settings
+    return replace(settings, bm25=replace(settings.bm25, index_dir=str(index_dir)))

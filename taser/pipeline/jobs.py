@@ -6,6 +6,7 @@ data or index is loaded. Defaults live here; `configs/*.yaml` hold values and in
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -13,6 +14,7 @@ from omegaconf import MISSING
 from taser.choice import Choice
 from taser.data.config import DataConfig, Match
 from taser.models.settings import ModelSettings
+from taser.pipeline.evaluate import Retriever
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
 from taser.retrieval.index_types import IndexConfig
@@ -20,10 +22,10 @@ from taser.runtime import Precision
 from taser.training.config import TrainConfig
 
 
-class Retriever(Choice):
-    dense = "dense"
-    bm25 = "bm25"
-    hybrid = "hybrid"
+class EvalTask(Choice):
+    qa = "qa"  # a QA file over a passages TSV: top-k accuracy (DPR)
+    beir = "beir"  # a BEIR dataset directory: nDCG@10, Recall@100, MRR@10
+    entity_questions = "entity_questions"  # EntityQuestions' relation files over a passages TSV: top-k per relation, macro average
 
 
 class VectorDtype(Choice):
@@ -41,6 +43,21 @@ class HybridSettings:
     dense_weight: float = DPR_LAMBDA  # λ: fused score = bm25 + λ * dense (DPR: 1.1)
     rule: HybridRule = HybridRule.dpr
     candidates: int | None = None  # top-N of each retriever fused (None: k)
+
+
+@dataclass
+class BeirSettings:
+    dir: str | None = None  # the dataset directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv
+    split: str = "test"
+    ignore_identical_ids: bool = True  # BEIR's default: drop a hit whose doc id is its query id
+    work_dir: str | None = None  # the corpus as a passages TSV and its BM25 index (None: outputs/beir/<dataset directory name>)
+
+
+@dataclass
+class EntityQuestionsSettings:
+    dir: str | None = None  # the split's directory of <relation>.<split>.json[l] files (or its parent)
+    split: str = "test"
+    write_json: bool = True  # each relation's DPR retrieval JSON under out_dir/retrieval/
 
 
 @dataclass
@@ -92,23 +109,39 @@ class IndexJob:
 @dataclass
 class EvaluateJob:
     data: DataConfig = field(default_factory=DataConfig)
+    task: EvalTask = EvalTask.qa
     retriever: Retriever = Retriever.dense
     checkpoint: str | None = None  # dense, hybrid: a taser checkpoint directory
-    index: str | None = None  # dense, hybrid: its FAISS index over `passages`
-    qa_file: str = MISSING
-    passages: str = MISSING
+    index: str | None = None  # dense, hybrid: its FAISS index over the passages (None: encode them into a flat index in out_dir)
+    qa_file: str | None = None  # task=qa
+    passages: str | None = None  # task=qa, entity_questions (BEIR: converted from corpus.jsonl)
     match: Match = Match.string
     out_dir: str = MISSING
     k: int = 100
     batch_size: int = 128
     precision: Precision = Precision.auto
     device: str = "auto"
-    bm25: BM25Settings = field(default_factory=BM25Settings)
+    bm25: BM25Settings = field(default_factory=BM25Settings)  # index_dir None: <data.data_dir or outputs>/bm25-<backend> (BEIR: in beir.work_dir)
     hybrid: HybridSettings = field(default_factory=HybridSettings)
+    beir: BeirSettings = field(default_factory=BeirSettings)
+    entity_questions: EntityQuestionsSettings = field(default_factory=EntityQuestionsSettings)
+    name: str | None = None  # the system's name in results.json and reports (None: from the retriever and model)
+    dataset: str | None = None  # the dataset's name in reports (None: the QA file's or BEIR directory's name)
 
     def __post_init__(self):
-        if self.retriever != Retriever.bm25 and (not self.checkpoint or not self.index):
-            raise ValueError(f"retriever={self.retriever} needs checkpoint=... and index=...")
+        if self.retriever != Retriever.bm25 and not self.checkpoint:
+            raise ValueError(f"retriever={self.retriever} needs checkpoint=... (and index=..., or a flat index is built in out_dir)")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        needs = {EvalTask.qa: ("qa_file", "passages"), EvalTask.beir: ("beir.dir",), EvalTask.entity_questions: ("entity_questions.dir", "passages")}
+        for key in needs[self.task]:
+            obj, _, attr = key.rpartition(".")
+            if not getattr(getattr(self, obj) if obj else self, attr):
+                raise ValueError(f"task={self.task} needs {key}=...")
+        if self.task == EvalTask.beir and not self.beir.work_dir:
+            self.beir.work_dir = f"outputs/beir/{os.path.basename(os.path.normpath(self.beir.dir))}"
+        if self.bm25.index_dir is None and self.task != EvalTask.beir:
+            self.bm25.index_dir = f"{self.data.data_dir or 'outputs'}/bm25-{self.bm25.backend}"
 
 
 @dataclass
