@@ -40,6 +40,7 @@ class TrainConfig:
     resume: bool = False
     sampling_rates: list[float] | None = None
     progress: bool = True
+    tensorboard: bool = False  # also write TensorBoard event files (output_dir/tensorboard/): loss, lr, accuracy, routing, validation
     device: str = "auto"
 
     def __post_init__(self):

@@ -25,6 +25,7 @@ from taser.training.distributed import DistInfo, all_reduce_sum, data_parallel
 from taser.training.lr_decay import param_groups
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner
+from taser.training.tensorboard import TensorBoardLog
 from taser.training.validation import validate
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class Trainer:
         if self.total_steps < 1:
             raise ValueError(f"nothing to train: {self.schedule.batches_per_epoch} batches per epoch, max_steps {cfg.max_steps}")
         self._epoch_cache: tuple[int, list] | None = None
+        self._curves: TensorBoardLog | None = None
 
     # -- data --------------------------------------------------------------------------
     def _micro_batch(self, step: int, micro: int):
@@ -128,20 +130,25 @@ class Trainer:
         self._open_log(step)
         bar = tqdm(total=self.total_steps, initial=step, desc="train", disable=not (self.cfg.progress and self.dist.is_main), mininterval=2)
         start = loop.window_start = time.perf_counter()
-        while step < self.total_steps:
-            t0 = time.perf_counter()
-            record = self._optimizer_step(loop, step)
-            step += 1
-            loop.step_times.append(time.perf_counter() - t0)
-            bar.update(1)
-            self._log(loop, record)
-            self._validate(record)
-            self._write_record(loop, record)
-            self._save(loop, step)
-            if self.on_step is not None:
-                self.on_step(step, record)
-        bar.close()
-        return self._finish(loop, step, time.perf_counter() - start)
+        try:
+            while step < self.total_steps:
+                t0 = time.perf_counter()
+                record = self._optimizer_step(loop, step)
+                step += 1
+                loop.step_times.append(time.perf_counter() - t0)
+                bar.update(1)
+                self._log(loop, record)
+                self._validate(record)
+                self._write_record(loop, record)
+                self._save(loop, step)
+                if self.on_step is not None:
+                    self.on_step(step, record)
+            bar.close()
+            return self._finish(loop, step, time.perf_counter() - start)
+        finally:
+            if self._curves is not None:
+                self._curves.close()
+                self._curves = None
 
     def _set_up(self) -> _Loop:
         """Seeds, the model on its device, optimizer, schedule, gradient scaler and step runner."""
@@ -179,8 +186,12 @@ class Trainer:
         return 0
 
     def _open_log(self, step: int) -> None:
+        """`train_log.jsonl` cut back to `step`; TensorBoard's writer (`train.tensorboard`), which
+        drops events after `step` left by a killed run."""
         if self.dist.is_main:
             _truncate_log(self.out / "train_log.jsonl", step)
+            if self.cfg.tensorboard:
+                self._curves = TensorBoardLog(self.out, step)
 
     def _optimizer_step(self, loop: _Loop, step: int) -> dict:
         """Forward and backward of every micro-batch, gradients summed over ranks, clipped, applied."""
@@ -240,6 +251,8 @@ class Trainer:
         if self.dist.is_main:
             with open(self.out / "train_log.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+            if self._curves is not None:
+                self._curves.write(record)
 
     def _save(self, loop: _Loop, step: int) -> None:
         """Every `save_every` steps and at the end: the resumable checkpoint (every rank takes part)."""
