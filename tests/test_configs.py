@@ -14,13 +14,13 @@ from taser.cli import CONFIG_DIR, typed
 from taser.data.config import DataConfig
 from taser.models.loading import check_settings, load_model
 from taser.models.settings import ModelSettings
-from taser.pipeline.jobs import DemoJob, EncodeJob, EvaluateJob, IndexJob, MineJob, PrepareSquadJob, TrainJob
+from taser.pipeline.jobs import DemoJob, EncodeJob, EvaluateJob, IndexJob, MineJob, PrepareSquadJob, ReportJob, TrainJob
 from taser.runtime import Precision
 from taser.training.config import TrainConfig
 
 SCRIPTS = {"train": TrainJob, "encode_passages": EncodeJob, "build_index": IndexJob, "evaluate": EvaluateJob,
-           "mine_negatives": MineJob, "prepare_squad": PrepareSquadJob, "demo": DemoJob}
-REQUIRED = {"encode_passages": ["checkpoint=ckpt"], "build_index": ["embeddings=emb"], "evaluate": ["checkpoint=c", "index=i"]}
+           "mine_negatives": MineJob, "prepare_squad": PrepareSquadJob, "demo": DemoJob, "report": ReportJob}
+REQUIRED = {"encode_passages": ["checkpoint=ckpt"], "build_index": ["embeddings=emb"], "evaluate": ["checkpoint=c", "index=i"], "report": ["runs=[r]"]}
 
 
 def job(name: str, *overrides: str):
@@ -88,6 +88,17 @@ def test_misspelt_data_key():
     assert "dev_flie" in text and "DataConfig" in text
 
 
+def test_evaluate_task_defaults():
+    qa = job("evaluate")
+    assert qa.task == "qa" and qa.bm25.index_dir == "outputs/data/squad/bm25-pyserini"  # as before tasks existed
+    beir = job("evaluate", "task=beir", "beir.dir=/data/beir/scifact/", "retriever=bm25", "bm25.backend=bm25s")
+    assert beir.beir.work_dir == "outputs/beir/scifact" and beir.bm25.index_dir is None  # BEIR's BM25 index: in beir.work_dir
+    assert beir.beir.ignore_identical_ids is True and beir.beir.split == "test"
+    assert job("evaluate", "task=beir", "beir.dir=x", "beir.ignore_identical_ids=false").beir.ignore_identical_ids is False
+    assert job("evaluate", "index=null").index is None  # a flat index is built in out_dir
+    assert job("train", "train.tensorboard=true").train.tensorboard is True
+
+
 def test_misspelt_hybrid_key():
     text = rejection("evaluate", "retriever=hybrid", "+hybrid.lamda=2")
     assert "lamda" in text and "HybridSettings" in text
@@ -103,6 +114,12 @@ def test_misspelt_hybrid_key():
         ("evaluate", ["retriever=sparse"], ["retriever", "dense, bm25, hybrid"]),
         ("evaluate", ["retriever=hybrid", "checkpoint=null"], ["retriever=hybrid needs checkpoint"]),
         ("evaluate", ["data.match=glob"], ["data.match", "string, regex"]),
+        ("evaluate", ["task=trec"], ["task", "qa, beir, entity_questions"]),
+        ("evaluate", ["task=beir"], ["task=beir needs beir.dir"]),
+        ("evaluate", ["task=entity_questions"], ["task=entity_questions needs entity_questions.dir"]),
+        ("evaluate", ["+beir.ignore_ids=false"], ["ignore_ids", "BeirSettings"]),
+        ("report", ["beir_metrics=[nDCG@20]"], ["unknown BEIR metric", "nDCG@10"]),
+        ("report", ["runs=[]"], ["at least one results.json"]),
         ("train", ["train.batch_size=0"], ["train.batch_size must be an integer >= 1"]),
         ("train", ["train.temperature=-1"], ["train.temperature must be > 0"]),
         ("train", ["model.dropout=1.5"], ["model.dropout must be in [0, 1)"]),

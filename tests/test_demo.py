@@ -38,6 +38,8 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
     )
     text = run_demo(cfg)
     assert (tmp_path / "demo" / "results.md").read_text() == text
+    assert "![top-k accuracy, k = 1..100](topk-SQuAD.png)" in text  # the report's plot, beside results.md
+    assert (tmp_path / "demo" / "topk-SQuAD.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
     for row in ("BM25 (bm25s, k1=0.9, b=0.4)", "zero-shot (initial model)", "dpr trained", "hybrid (BM25 + dense, λ=1.1)"):
         top_k = [float(cell) for cell in rows[row].split("|")[2:6]]

@@ -1,5 +1,6 @@
 """The demo: prepare the shipped SQuAD data, evaluate the initial model zero-shot, train a short
-CPU-sized run, encode, index, evaluate, and write `results.md` with the stage times."""
+CPU-sized run, encode, index, evaluate, and write `results.md` (the report's table and top-k
+accuracy plot, `taser.evaluation.report`) with the stage times."""
 
 from __future__ import annotations
 
@@ -9,16 +10,37 @@ from dataclasses import replace
 from pathlib import Path
 
 from taser.data.squad import convert_squad
+from taser.evaluation.report import RunResult, markdown_table, plot_curves, plot_file_name, read_run
 from taser.io import atomic_open
 from taser.models.biencoder import read_checkpoint_config
 from taser.pipeline.evaluate import evaluate_bm25, evaluate_hybrid
-from taser.pipeline.experiment import Row, evaluate_checkpoint, markdown_table, save_initial, train_and_evaluate
+from taser.pipeline.experiment import Row, evaluate_checkpoint, save_initial, train_and_evaluate
 from taser.pipeline.jobs import DemoJob
 from taser.pipeline.mine import mine_negatives
 from taser.retrieval.bm25 import BM25Settings
 from taser.runtime import describe_hardware, precision_record
 
 log = logging.getLogger(__name__)
+
+DATASET = "SQuAD"
+
+
+def _fmt(value, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def report_runs(rows: list[Row]) -> list[RunResult]:
+    """The demo's rows as report runs: each row's results.json under the row's name, with its
+    training figures as extra columns."""
+    runs = []
+    for row in rows:
+        run = read_run(row.results_file) if row.results_file else RunResult(row.name, DATASET, top_k=row.top_k, parameters=row.parameters)
+        run.system, run.dataset = row.name, DATASET
+        run.parameters = row.parameters if row.parameters is not None else run.parameters
+        run.extra = {"train steps": _fmt(row.train_steps, "d"), "train time (s)": _fmt(row.train_seconds, ".0f"),
+                     "s/step": _fmt(row.seconds_per_step, ".2f"), "passages/s": _fmt(row.passages_per_s, ".1f")}
+        runs.append(run)
+    return runs
 
 
 def run_demo(cfg: DemoJob) -> str:
@@ -55,6 +77,8 @@ def run_demo(cfg: DemoJob) -> str:
 
     tr = cfg.train
     model_config = read_checkpoint_config(out / "trained" / "final")[0]
+    runs = report_runs(rows)
+    plot = plot_curves(runs, DATASET, out / plot_file_name(DATASET))
     text = (
         "# taser demo: SQuAD benchmark (shipped data), all-MiniLM-L6-v2\n\n"
         f"Corpus: {summary['passages']} passages ({summary['train']['articles'] + summary['dev']['articles']} articles, 100 words); "
@@ -65,7 +89,8 @@ def run_demo(cfg: DemoJob) -> str:
         f"{', normalised' if model_config.normalize else ''}, {model_config.similarity} similarity.\n"
         f"Machine: {describe_hardware()}; training in {train_runtime['precision']} (precision={tr.precision}), "
         f"encoding in {runtime['precision']} (precision={cfg.precision}).\n\n"
-        + markdown_table(rows)
+        + markdown_table(runs, ks=(1, 5, 20, 100))
+        + (f"\n![top-k accuracy, k = 1..100]({plot.name})\n" if plot else "")
         + "\n## Stage times (s)\n\n| stage | seconds |\n|---|---|\n"
         + "".join(f"| {k} | {v:.1f} |\n" for k, v in times.items())
     )
@@ -92,7 +117,8 @@ def bm25_stages(cfg: DemoJob, out: Path, data: dict, times: dict) -> tuple[list[
     seconds = time.perf_counter() - t
     times["BM25: index + evaluate"] = seconds
     engine = "Lucene" if settings.backend == "pyserini" else "bm25s"
-    row = Row(f"BM25 ({engine}, k1={settings.k1:g}, b={settings.b:g})", results["top_k"], stage_seconds={"index + evaluate": seconds})
+    row = Row(f"BM25 ({engine}, k1={settings.k1:g}, b={settings.b:g})", results["top_k"], stage_seconds={"index + evaluate": seconds},
+              results_file=str(out / "bm25" / "eval" / "results.json"))
 
     t = time.perf_counter()
     mined = out / "data" / "train.bm25.json"
@@ -113,4 +139,5 @@ def hybrid_stage(cfg: DemoJob, out: Path, data: dict, times: dict, trained: Path
                               k=100, match=data["match"], bm25=_bm25_settings(cfg, out), lam=lam, rule=rule,
                               candidates=cfg.hybrid.candidates, precision=cfg.precision)
     times["hybrid: retrieve + evaluate"] = time.perf_counter() - t
-    return [Row(f"hybrid (BM25 + dense, λ={lam:g})", results["top_k"], stage_seconds={"evaluate": times["hybrid: retrieve + evaluate"]})]
+    return [Row(f"hybrid (BM25 + dense, λ={lam:g})", results["top_k"], stage_seconds={"evaluate": times["hybrid: retrieve + evaluate"]},
+                results_file=str(out / "hybrid" / "results.json"))]

@@ -31,6 +31,7 @@ class Row:
     seconds_per_step: float | None = None
     passages_per_s: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    results_file: str | None = None  # the evaluation's results.json (for the report)
 
 
 def save_initial(model_cfg: dict, out_dir: str | Path) -> str:
@@ -57,7 +58,8 @@ def evaluate_checkpoint(
     t = time.perf_counter()
     results = evaluate_dense(checkpoint, out / "index", data["qa_file"], data["passages"], out / "eval", match=data.get("match", "string"), precision=precision)
     times["evaluate"] = time.perf_counter() - t
-    return Row(name, results["top_k"], results["parameters"], passages_per_s=enc["passages_per_s"], stage_seconds=times)
+    return Row(name, results["top_k"], results["parameters"], passages_per_s=enc["passages_per_s"], stage_seconds=times,
+               results_file=str(out / "eval" / "results.json"))
 
 
 def train_and_evaluate(name: str, model_cfg: dict, train_cfg: dict, data: dict, out_dir: str | Path, eval_precision: str = "auto") -> Row:

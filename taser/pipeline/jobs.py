@@ -13,6 +13,7 @@ from omegaconf import MISSING
 
 from taser.choice import Choice
 from taser.data.config import DataConfig, Match
+from taser.evaluation.report import check_beir_metrics
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever
 from taser.retrieval.bm25 import BM25Settings
@@ -145,6 +146,22 @@ class EvaluateJob:
 
 
 @dataclass
+class ReportJob:
+    runs: list[str] = MISSING  # results.json files, or directories searched for them
+    out_dir: str = "outputs/report"
+    ks: list[int] = field(default_factory=lambda: [20, 100])  # top-k columns of QA and EntityQuestions datasets
+    beir_metrics: list[str] = field(default_factory=lambda: ["nDCG@10"])  # columns of BEIR datasets
+    title: str = "Retrieval results"
+
+    def __post_init__(self):
+        if not self.runs:
+            raise ValueError("runs=[...] needs at least one results.json file or directory")
+        if any(k < 1 for k in self.ks):
+            raise ValueError(f"ks must be >= 1, got {list(self.ks)}")
+        check_beir_metrics(self.beir_metrics)
+
+
+@dataclass
 class MineJob:
     data: DataConfig = field(default_factory=DataConfig)
     input: str = MISSING  # a bi-encoder JSON, or a QA TSV (distant supervision)
@@ -200,4 +217,5 @@ SCHEMAS = {
     "mine_job": MineJob,
     "prepare_squad_job": PrepareSquadJob,
     "demo_job": DemoJob,
+    "report_job": ReportJob,
 }

@@ -1,0 +1,22 @@
+"""Collect the results.json of any set of evaluation runs into one report: a paper-style markdown
+table (systems x datasets, with parameter counts) and a top-k accuracy curve per dataset (PNG).
+
+`python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
+"""
+
+import hydra
+
+from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.evaluation.report import read_runs, write_report
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="report", version_base="1.3")
+def main(cfg) -> None:
+    setup_logging()
+    job = typed(cfg)
+    report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title)
+    print(report["markdown"])
+
+
+if __name__ == "__main__":
+    main()
