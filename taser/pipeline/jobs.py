@@ -14,6 +14,7 @@ from omegaconf import MISSING
 from taser.choice import Choice
 from taser.data.config import DataConfig, Match
 from taser.evaluation.report import check_beir_metrics
+from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever
 from taser.retrieval.bm25 import BM25Settings
@@ -209,6 +210,21 @@ class DemoJob:
     hybrid: HybridSettings = field(default_factory=HybridSettings)
 
 
+@dataclass
+class ConvertJob:
+    conversion: Conversion = MISSING
+    source: str = MISSING  # import: the foreign directory or file (import_hf_dpr: the DPRQuestionEncoder's); export: a taser checkpoint directory
+    output: str = MISSING  # the directory written (an import's is a taser checkpoint)
+    ctx_source: str | None = None  # import_hf_dpr: the DPRContextEncoder directory
+    base_model: str | None = None  # import_dpr_cp, import_taser: the BERT model trained from (config, tokenizer); None: the file's record
+    max_length: int | None = None  # imports: tokens read per question and passage; None: the file's sequence_length, else 256
+    allow_pickle: bool = False  # imports: load pickled Python objects (DPR's and TASER's Hydra settings); runs code from the file
+    overwrite: bool = False  # replace an existing output
+
+    def __post_init__(self):
+        check_arguments(self.conversion, self.ctx_source, self.base_model, self.max_length, self.allow_pickle)
+
+
 SCHEMAS = {
     "train_job": TrainJob,
     "encode_job": EncodeJob,
@@ -218,4 +234,5 @@ SCHEMAS = {
     "prepare_squad_job": PrepareSquadJob,
     "demo_job": DemoJob,
     "report_job": ReportJob,
+    "convert_job": ConvertJob,
 }

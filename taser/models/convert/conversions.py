@@ -1,0 +1,38 @@
+"""The conversions there are, and the settings each one takes (light: no torch, so config
+schemas can name them)."""
+
+from __future__ import annotations
+
+from taser.choice import Choice
+
+
+class Conversion(Choice):
+    import_hf_dpr = "import_hf_dpr"  # DPRQuestionEncoder + DPRContextEncoder directories -> dpr
+    import_dpr_cp = "import_dpr_cp"  # DPR's own .cp checkpoint -> dpr
+    import_taser = "import_taser"  # TASER's released pytorch_model.bin -> taser
+    export_hf_dpr = "export_hf_dpr"  # dpr -> DPRQuestionEncoder + DPRContextEncoder directories
+    export_sentence_transformers = "export_sentence_transformers"  # shared or dpr -> a sentence-transformers directory
+    export_taser = "export_taser"  # taser -> TASER's layout (pytorch_model.bin)
+
+    @property
+    def imports(self) -> bool:
+        return self.value.startswith("import_")
+
+
+NEEDS_CTX_SOURCE = {Conversion.import_hf_dpr}
+TAKES_BASE_MODEL = {Conversion.import_dpr_cp, Conversion.import_taser, Conversion.export_taser}
+
+
+def check_arguments(conversion: Conversion | str, ctx_source=None, base_model=None, max_length=None, allow_pickle: bool = False) -> Conversion:
+    """The conversion, after refusing any setting it would not use (settings are never ignored)."""
+    conversion = Conversion.parse(conversion, "conversion")
+    if (ctx_source is not None) != (conversion in NEEDS_CTX_SOURCE):
+        raise ValueError(f"ctx_source (the DPRContextEncoder directory) is needed by import_hf_dpr, and only by it (conversion={conversion})")
+    if base_model is not None and conversion not in TAKES_BASE_MODEL:
+        raise ValueError(f"base_model applies to {', '.join(sorted(TAKES_BASE_MODEL))}, not to conversion={conversion} (its source brings its config)")
+    for name, value in (("max_length", max_length), ("allow_pickle", allow_pickle or None)):
+        if value is not None and not conversion.imports:
+            raise ValueError(f"{name} applies to imports, not to conversion={conversion}")
+    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2):
+        raise ValueError(f"max_length must be an integer >= 2 (or null), got {max_length!r}")
+    return conversion

@@ -1,0 +1,192 @@
+"""TASER's released checkpoint (microsoft/taser, e.g. `kelvinih/taser-bert-base-uncased`'s
+`pytorch_model.bin`) to and from a `taser` model.
+
+The file is in DPR's checkpoint layout (`taser.models.convert.dpr_state`); its `model_dict` holds
+TASER's `MoEBertModel` under `question_model.encoder.*`, and again under `ctx_model.encoder.*`
+(one shared encoder, saved under both names). Its blocks are BERT's, except the blocks of the
+`moe_type` layout (`mod3`: every third, counting from 1, so 2, 5, 8, 11 of 12), whose FFN is
+replaced by experts: `moe_layer.interm_layers.<e>.dense` (intermediate dense, then the
+activation) and `moe_layer.output_layers.<e>.{dense,LayerNorm}` (output dense, dropout, residual
+LayerNorm). Questions run expert 0 and passages expert 1; the vector is the last layer's `[CLS]`
+state, scored by dot product.
+
+That is this library's `taser` model with deterministic routing and FFN experts: its block i's
+`output.experts.<e>.intermediate.*` and `output.experts.<e>.output.*` are TASER's
+`moe_layer.interm_layers.<e>.*` and `moe_layer.output_layers.<e>.*`; every other tensor keeps its
+name. The specialised blocks are read from the tensor names; settings the file records that this
+model cannot reproduce (learned routing, attention or token-level experts, mean pooling,
+projections) are refused, and so are separate question and passage encoders (`ctx_model` tensors
+that differ from `question_model`'s).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from taser.models.biencoder import BiEncoder, load_tokenizer
+from taser.models.config import BiEncoderConfig
+from taser.models.convert.dpr_state import RELEASE_FILE, DprCheckpoint, base_encoder, read_dpr_checkpoint
+from taser.models.convert.mapping import ConversionError, gather, listing
+from taser.models.convert.output import check_output, output_dir
+from taser.models.convert.target import check_tokenizer, fill, is_pooler, new_model, tensor_shapes, write_checkpoint
+from taser.models.taser_config import TaserConfig, layout
+
+log = logging.getLogger(__name__)
+
+QUESTION, CONTEXT = "question_model.encoder.", "ctx_model.encoder."
+OURS = "question_encoder."
+_THEIR_EXPERT = re.compile(r"^question_model\.encoder\.encoder\.layer\.(\d+)\.moe_layer\.(?:interm_layers|output_layers)\.(\d+)\.")
+_OUR_EXPERT = re.compile(r"^(encoder\.layer\.\d+\.)output\.experts\.(\d+)\.(intermediate|output)\.")
+_GROUP = {"intermediate": "interm_layers", "output": "output_layers"}
+MOE_PERIODS = (2, 3, 4, 6, 12)  # TASER's `mod<k>` layouts: block i is specialised when (i + 1) % k == 0
+
+
+def their_name(ours: str) -> str:
+    """TASER's name of a tensor of this library's `taser` model."""
+    rest = ours.removeprefix(OURS)
+    expert = _OUR_EXPERT.match(rest)
+    if expert:
+        block, index, part = expert.groups()
+        rest = f"{block}moe_layer.{_GROUP[part]}.{index}.{rest[expert.end() :]}"
+    return QUESTION + rest
+
+
+def _check_settings(checkpoint: DprCheckpoint) -> None:
+    """Refuse the TASER settings recorded in the file that this library's model does not compute.
+    (Whether the encoder is shared is read from the tensors, not from `shared_encoder`.)"""
+    enc = checkpoint.encoder
+    wrong = []
+    if "use_moe" in enc and not enc["use_moe"]:
+        wrong.append("use_moe=false (no experts: import it with conversion=import_dpr_cp)")
+    moe_type = enc.get("moe_type")
+    if moe_type is not None:
+        kind = str(moe_type).partition(":")[2]
+        if "fwd" not in kind or "attn" in kind or "tok" in kind:
+            wrong.append(f"moe_type={moe_type!r} (supported: FFN experts per input, '<layout>:fwd')")
+    for key, why in (
+        ("use_infer_expert", "learned routing"),
+        ("mean_pool", "mean pooling"),
+        ("factor_rep", "factored vectors"),
+        ("projection_dim", "a projection"),
+    ):
+        if enc.get(key):
+            wrong.append(f"{key}={enc[key]} ({why})")
+    if wrong:
+        raise ConversionError(
+            f"{checkpoint.path} records TASER settings that this library's taser model does not reproduce: {'; '.join(wrong)}. "
+            "It imports TASER's released layout: FFN experts chosen by input type, one shared encoder, [CLS] vectors"
+        )
+
+
+def _question_tensors(checkpoint: DprCheckpoint) -> dict[str, torch.Tensor]:
+    """The `question_model.*` tensors; `ctx_model.*`, if present, must repeat them (one shared encoder)."""
+    state = checkpoint.model_dict
+    context = {QUESTION + n[len(CONTEXT) :]: t for n, t in state.items() if n.startswith(CONTEXT)}
+    question = {n: t for n, t in state.items() if not n.startswith(CONTEXT)}
+    if context:
+        own = {n for n in question if n.startswith(QUESTION)}
+        differ = sorted(set(context) ^ own) + sorted(n for n in set(context) & own if not torch.equal(context[n], question[n]))
+        if differ:
+            names = [CONTEXT + n[len(QUESTION) :] if n in context else n for n in differ]
+            raise ConversionError(
+                f"{checkpoint.path}: ctx_model.encoder does not repeat question_model.encoder ({len(names)} tensors differ or lack a twin: "
+                f"{listing(names)}); TASER's release shares one encoder (shared_encoder=true), separate encoders are not supported"
+            )
+    return question
+
+
+def _specialised_blocks(names, path) -> list[int]:
+    found = {(int(m[1]), int(m[2])) for n in names if (m := _THEIR_EXPERT.match(n))}
+    if not found:
+        raise ConversionError(
+            f"{path} has no mixture-of-experts blocks (question_model.encoder.encoder.layer.<i>.moe_layer.*): not a TASER checkpoint "
+            "(DPR's own checkpoint: conversion=import_dpr_cp)"
+        )
+    experts = sorted({e for _, e in found})
+    if experts != [0, 1]:
+        raise ConversionError(f"{path}: its blocks have experts {experts}; TASER's layout has two, expert 0 for questions and expert 1 for passages")
+    return sorted({block for block, _ in found})
+
+
+def _taser_settings(blocks: list[int], num_layers: int) -> dict:
+    """This library's settings for TASER's specialised `blocks`, as `specialize_every` when it gives them."""
+    for every in range(1, num_layers + 1):
+        if layout(num_layers, every) == blocks:
+            return {"specialize_every": every}
+    return {"specialized_layers": blocks}
+
+
+def import_taser_release(
+    path: str | os.PathLike,
+    output: str | os.PathLike,
+    base_model: str | None = None,
+    max_length: int | None = None,
+    allow_pickle: bool = False,
+    overwrite: bool = False,
+) -> BiEncoder:
+    """Write TASER's checkpoint `path` (a file, or a directory holding `pytorch_model.bin`) as a
+    `taser` checkpoint at `output` and return the model. `max_length` None: the file's
+    `sequence_length`, else 256."""
+    check_output(output, overwrite, (path,))
+    checkpoint = read_dpr_checkpoint(path, allow_pickle)
+    _check_settings(checkpoint)
+    blocks = _specialised_blocks(checkpoint.model_dict, checkpoint.path)  # first: is it TASER's layout at all
+    source = _question_tensors(checkpoint)
+    encoder_config, tokenizer, name = base_encoder(checkpoint, base_model)
+    check_tokenizer(tokenizer, encoder_config, f"base_model {name}")
+    length = checkpoint.max_length(max_length)
+    config = BiEncoderConfig(
+        model_type="taser", pretrained=f"{checkpoint.path} (TASER checkpoint of {name})", pooling="cls", normalize=False, similarity="dot",
+        max_length=length, max_question_length=length, taser=_taser_settings(blocks, encoder_config.num_hidden_layers),
+    )  # fmt: skip
+    model = new_model(config, encoder_config)
+    shapes = tensor_shapes(model)
+    fill(model, gather(source, {n: their_name(n) for n in shapes}, shapes, str(checkpoint.path), optional=is_pooler))
+    write_checkpoint(model, tokenizer, output, overwrite)
+    return model
+
+
+def _lowercases(tokenizer) -> bool:
+    return tokenizer.tokenize("Retrieval") == tokenizer.tokenize("retrieval")
+
+
+def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLike, base_model: str | None = None, overwrite: bool = False) -> Path:
+    """Write a `taser` checkpoint as `output/pytorch_model.bin` in TASER's layout (microsoft/taser's
+    `model_file=`). `base_model`: the hub name of the BERT model it was trained from, recorded as
+    `pretrained_model_cfg` (TASER's code builds the encoder and tokenizer from it)."""
+    check_output(output, overwrite, (checkpoint,))
+    model = BiEncoder.load(checkpoint)
+    cfg = model.config
+    if cfg.model_type != "taser":
+        raise ConversionError(f"{checkpoint} holds a '{cfg.model_type}' model; only a 'taser' model exports to TASER's layout")
+    settings = TaserConfig.from_dict(cfg.taser)
+    blocks = list(settings.specialized_layers or [])
+    num_layers = model.encoder_config.num_hidden_layers
+    periods = [k for k in MOE_PERIODS if layout(num_layers, k - 1) == blocks]
+    wrong = [f"{key}={value}" for key, value, want in (("specialize", settings.specialize, "ffn"), ("routing", settings.routing, "deterministic"),
+             ("num_experts", settings.num_experts, 2), ("pooling", cfg.pooling, "cls"), ("normalize", cfg.normalize, False),
+             ("similarity", cfg.similarity, "dot")) if value != want]  # fmt: skip
+    if not periods:
+        wrong.append(f"specialised blocks {blocks} (TASER's moe_type mod<k> specialises every k-th block, k in {MOE_PERIODS})")
+    if wrong:
+        raise ConversionError(f"{checkpoint}: TASER's layout cannot express {', '.join(wrong)}")
+    question = {their_name(n): t.detach().contiguous() for n, t in model.state_dict().items()}
+    model_dict = {**question, **{CONTEXT + n[len(QUESTION) :]: t for n, t in question.items()}}
+    encoder = {
+        "encoder_model_type": "hf_bert", "sequence_length": cfg.max_length, "projection_dim": 0, "dropout": model.encoder_config.hidden_dropout_prob,
+        "use_moe": True, "moe_type": f"mod{periods[0]}:fwd", "num_expert": 2, "use_infer_expert": False, "per_layer_gating": False,
+        "shared_encoder": True, "mean_pool": False, "factor_rep": False,
+    }  # fmt: skip
+    if base_model:
+        encoder["pretrained_model_cfg"] = base_model
+    params = {"do_lower_case": _lowercases(load_tokenizer(checkpoint)), "encoder": encoder}
+    state = {"model_dict": model_dict, "optimizer_dict": None, "scheduler_dict": None, "offset": 0, "epoch": 0, "encoder_params": params}
+    with output_dir(output, overwrite) as tmp:
+        torch.save(state, tmp / RELEASE_FILE)
+    log.info("wrote TASER's layout to %s/%s", output, RELEASE_FILE)
+    return Path(output)
