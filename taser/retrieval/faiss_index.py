@@ -49,6 +49,17 @@ def _training_sample(chunks: Chunks, count: int, size: int, seed: int = 0) -> np
     return np.ascontiguousarray(np.concatenate(picked), dtype=np.float32)
 
 
+def _skip_polysemous_training(index: faiss.Index) -> None:
+    """FAISS's factory turns on polysemous training for IVF-PQ: a search for a code permutation
+    that only Hamming-filtered search uses (never done here), and ~80% of the training time
+    (132 s of 155 s for 20,000 x 384 vectors, PQ64, on 2 cores)."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        ivf = faiss.downcast_index(ivf)
+        if isinstance(ivf, faiss.IndexIVFPQ):
+            ivf.do_polysemous_training = False
+
+
 class PassageIndex:
     def __init__(self, index: faiss.Index, ids: np.ndarray, config: IndexConfig, meta: dict | None = None):
         if index.ntotal != len(ids):
@@ -86,6 +97,7 @@ class PassageIndex:
         template = faiss.index_factory(dim, config.factory(dim, count), metric)
         if isinstance(template, faiss.IndexHNSW):
             template.hnsw.efConstruction = config.ef_construction
+        _skip_polysemous_training(template)
         if config.needs_training:
             template.train(_training_sample(chunks, count, config.train_size))
         parts = config.num_shards
