@@ -118,6 +118,29 @@ def test_sharded_flat_search_equals_one_index(embeddings, tmp_path, parts):
     np.testing.assert_allclose(scores_parts, scores_one, rtol=1e-6)
 
 
+def test_parts_built_by_separate_processes_search_as_one_index(embeddings, tmp_path):
+    build_index(embeddings, tmp_path / "one", IndexConfig("flat"))
+    for part in (2, 0, 1):  # any order, one call (process, machine) each
+        build_index(embeddings, tmp_path / "parts", IndexConfig("flat", num_shards=3, part=part))
+    assert not (tmp_path / "parts" / "index.json").exists()
+    one, parts = load_index(tmp_path / "one"), load_index(tmp_path / "parts")
+    assert isinstance(parts, ShardedIndex) and parts.ids == one.ids
+    queries = clustered(12)
+    assert parts.search(queries, 10)[1] == one.search(queries, 10)[1]
+
+
+def test_missing_or_mismatched_parts_are_refused(embeddings, tmp_path):
+    build_index(embeddings, tmp_path / "parts", IndexConfig("flat", num_shards=3, part=0))
+    with pytest.raises(ValueError, match=r"part\(s\) \[1, 2\] of 3 are missing"):
+        load_index(tmp_path / "parts")
+    build_index(embeddings, tmp_path / "parts", IndexConfig("flat", num_shards=2, part=1))
+    build_index(embeddings, tmp_path / "parts", IndexConfig("flat", num_shards=3, part=2))
+    with pytest.raises(ValueError, match="does not continue the parts before it"):
+        load_index(tmp_path / "parts")
+    with pytest.raises(ValueError, match=r"index.part must be in 0..2"):
+        IndexConfig("flat", num_shards=3, part=3)
+
+
 def test_sharded_trained_index_shares_its_training(embeddings, tmp_path):
     build_index(embeddings, tmp_path / "sq8", IndexConfig("hnsw_sq8", hnsw_m=8, num_shards=2))
     index = load_index(tmp_path / "sq8")

@@ -12,7 +12,7 @@ import os
 import time
 
 from taser.retrieval.embeddings import iter_chunks, read_manifests
-from taser.retrieval.faiss_index import PassageIndex
+from taser.retrieval.faiss_index import PassageIndex, part_dir
 from taser.retrieval.index_types import IndexConfig
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,8 @@ def build_index(embeddings: str | os.PathLike, out_dir: str | os.PathLike, confi
     count, dim = manifests[-1]["end"], manifests[0]["dim"]
     meta = {"checkpoint": manifests[0]["checkpoint"], "passages": manifests[0]["passages"]}
     index = PassageIndex.build_streamed(lambda: iter_chunks(embeddings, manifests), count, dim, config, meta)
+    if config.part is not None:  # one part per process: the others are written beside it by their own processes
+        out_dir = part_dir(out_dir, config.part)
     index.save(out_dir)
     elapsed = time.perf_counter() - start
     log.info("built a %s index of %d passages in %.1fs at %s", index.config.type, count, elapsed, out_dir)

@@ -92,6 +92,7 @@ class PassageIndex:
         sizes = estimates(config, dim, count)
         log.info("estimated index sizes for %d vectors of width %d: %s", count, dim, ", ".join(f"{t} {gb:.2f} GB" for t, gb in sizes.items()))
         config = replace(config, type=choose(config, dim, count))
+        meta = meta or {}
         log.info("building a %s index (%s) in %d part(s)", config.type, config.factory(dim, count), config.num_shards)
         metric = faiss.METRIC_INNER_PRODUCT if config.metric == "ip" else faiss.METRIC_L2
         template = faiss.index_factory(dim, config.factory(dim, count), metric)
@@ -102,21 +103,22 @@ class PassageIndex:
             template.train(_training_sample(chunks, count, config.train_size))
         parts = config.num_shards
         bounds = [count * s // parts for s in range(parts + 1)]
-        indexes = [template] + [faiss.clone_index(template) for _ in range(parts - 1)]
-        id_parts: list[list[np.ndarray]] = [[] for _ in range(parts)]
+        wanted = range(parts) if config.part is None else [config.part]
+        indexes = {s: template if i == 0 else faiss.clone_index(template) for i, s in enumerate(wanted)}
+        id_parts: dict[int, list[np.ndarray]] = {s: [] for s in wanted}
         start = 0
         for vectors, ids in chunks():
-            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-            for s in range(parts):  # the rows of this chunk that fall in part s
+            for s in wanted:  # the rows of this chunk that fall in part s
                 lo, hi = max(bounds[s], start) - start, min(bounds[s + 1], start + len(vectors)) - start
                 if hi > lo:
-                    indexes[s].add(vectors[lo:hi])
+                    indexes[s].add(np.ascontiguousarray(vectors[lo:hi], dtype=np.float32))
                     id_parts[s].append(np.asarray(ids)[lo:hi])
             start += len(vectors)
         if start != count:
             raise ValueError(f"expected {count} vectors, the chunks held {start}")
-        built = [cls(index, _compact_ids(p), config, meta) for index, p in zip(indexes, id_parts)]
-        return built[0] if parts == 1 else ShardedIndex(built, config, meta)
+        built = [cls(indexes[s], _compact_ids(id_parts[s]), config, {**meta, "rows": [bounds[s], bounds[s + 1]]} if parts > 1 else meta)
+                 for s in wanted]
+        return built[0] if parts == 1 or config.part is not None else ShardedIndex(built, config, meta)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
         """Scores [n, k'] (higher is better) and passage ids, k' = min(k, size)."""
@@ -176,23 +178,39 @@ class ShardedIndex:
     def save(self, directory: str | os.PathLike) -> None:
         with atomic_dir(directory) as tmp:
             for s, part in enumerate(self.parts):
-                part.save(tmp / f"part_{s:03d}")
+                part.save(part_dir(tmp, s))
             info = {**asdict(self.config), "size": self.size, "dim": int(self.parts[0].index.d), **self.meta}
             (tmp / "index.json").write_text(json.dumps(info, indent=2))
 
 
+def part_dir(directory: str | os.PathLike, part: int) -> Path:
+    return Path(directory) / f"part_{part:03d}"
+
+
 def load_index(directory: str | os.PathLike) -> PassageIndex | ShardedIndex:
-    """An index directory as saved by `PassageIndex.save` or `ShardedIndex.save`."""
+    """An index directory as saved by `PassageIndex.save` or `ShardedIndex.save`, or holding the
+    `part_<s>/` indexes built one per process (`index.part`), checked to be all there and contiguous."""
     directory = Path(directory)
     meta_file = directory / "index.json"
-    if not meta_file.is_file():
-        raise FileNotFoundError(f"not an index directory (no index.json): {directory}")
-    info = json.loads(meta_file.read_text())
+    found = sorted(directory.glob("part_*/index.json"))
+    if not meta_file.is_file() and not found:
+        raise FileNotFoundError(f"not an index directory (no index.json, no part_<s>/): {directory}")
+    info = json.loads((meta_file if meta_file.is_file() else found[0]).read_text())
     parts = int(info.get("num_shards", 1))
     if parts == 1:
         return PassageIndex.load(directory)
-    loaded = [PassageIndex.load(directory / f"part_{s:03d}") for s in range(parts)]
-    return ShardedIndex(loaded, loaded[0].config, loaded[0].meta)
+    missing = [s for s in range(parts) if not (part_dir(directory, s) / "index.json").is_file()]
+    if missing:
+        raise ValueError(f"{directory}: index part(s) {missing} of {parts} are missing (build them with index.part=<s>)")
+    loaded = [PassageIndex.load(part_dir(directory, s)) for s in range(parts)]
+    position = 0
+    for s, part in enumerate(loaded):
+        rows = part.meta.get("rows")
+        if part.config.num_shards != parts or (rows is not None and rows[0] != position):
+            raise ValueError(f"{part_dir(directory, s)} does not continue the parts before it (rows {rows}, expected from {position} "
+                             f"of {parts} parts): build every part from the same embeddings with the same index.num_shards")
+        position = rows[1] if rows is not None else position
+    return ShardedIndex(loaded, loaded[0].config, {k: v for k, v in loaded[0].meta.items() if k != "rows"})
 
 
 def metric_for(similarity: str) -> str:

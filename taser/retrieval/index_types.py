@@ -52,12 +52,15 @@ class IndexConfig:
     train_size: int = 200_000  # vectors sampled to train hnsw_sq8 / ivf_pq
     memory_gb: float | None = None  # auto: the budget for the index in RAM
     num_shards: int = 1  # index files over contiguous parts of the passages, searched together
+    part: int | None = None  # build only this part of num_shards (one process or machine each); None: all parts
 
     def __post_init__(self):
         self.type = IndexType.parse(self.type, "index type")
         self.metric = Metric.parse(self.metric, "index metric")
         if self.type == IndexType.auto and not self.memory_gb:
             raise ValueError("index.type=auto needs index.memory_gb (the RAM the index may take)")
+        if self.part is not None and not 0 <= self.part < self.num_shards:
+            raise ValueError(f"index.part must be in 0..{self.num_shards - 1} (index.num_shards={self.num_shards}), got {self.part}")
         for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe", "pq_m", "train_size", "num_shards"):
             if getattr(self, name) < 1:
                 raise ValueError(f"index.{name} must be >= 1, got {getattr(self, name)}")
