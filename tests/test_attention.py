@@ -147,6 +147,7 @@ def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer,
     ours, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9))
     theirs, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9, attention="sdpa"))
     ours.train(), theirs.eval()
+    ours.unpad = False  # the padded path, with sdpa_mask's mask (the packed one: tests/test_unpad.py)
     batch = tokenizer(["who wrote hamlet", "a much longer question about the university of chicago"], padding=True, return_tensors="pt")
     assert not batch["attention_mask"].all()  # padded
     masks = []

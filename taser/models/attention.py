@@ -17,6 +17,11 @@ The implementation registered as `taser_sdpa` (the default of every taser encode
 itself, except on CPU with attention dropout, where it uses `ChunkedDropoutAttention`. The
 dropout mask is drawn from the global torch generator, so seeding and the gradient cache's RNG
 replay reproduce it.
+
+`taser_sdpa` also runs packed (padding-free) batches: given a `PackedLayout` as `taser_packing`
+(see `taser.models.unpad`), it scatters the packed q, k, v into the padded layouts of the
+layout's length groups, runs the kernel above on each with its mask and gathers the real
+tokens' outputs.
 """
 
 from __future__ import annotations
@@ -134,9 +139,11 @@ def taser_sdpa_forward(module, query, key, value, attention_mask, dropout: float
         return _padded_attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if query.shape[0] != 1 or attention_mask is not None:
         raise ValueError("a packed batch comes as one row of tokens with no attention mask of its own (see taser.models.unpad)")
-    query, key, value = (packing.unpack_heads(t) for t in (query, key, value))
-    out, _ = _padded_attention(module, query, key, value, packing.attention_mask, dropout, scaling, **kwargs)
-    return packing.pack_heads(out), None
+    outputs = [
+        _padded_attention(module, q, k, v, group.mask, dropout, scaling, **kwargs)[0]
+        for group, q, k, v in zip(packing.groups, *(packing.unpack_heads(t) for t in (query, key, value)))
+    ]
+    return packing.pack_heads(outputs), None
 
 
 def _padded_attention(module, query, key, value, attention_mask, dropout: float, scaling, **kwargs):

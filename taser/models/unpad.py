@@ -7,14 +7,18 @@ the FFNs (and TASER's experts and routers) and every LayerNorm and dropout then 
 real tokens only. The one step that needs the inputs apart is the attention core,
 softmax(q k^T) v: the `taser_sdpa` attention function (`taser.models.attention`) finds the
 `PackedLayout` among its keyword arguments (`taser_packing`, handed to every block as
-`taser_routing` is), scatters q, k and v into the padded (B, heads, L, d) layout, runs the same
-masked kernel as the padded path, and gathers the real tokens' outputs back. So the linear
-layers, about nine tenths of a BERT block's FLOPs at L=256, skip the padding.
+`taser_routing` is), scatters q, k and v into padded layouts, runs the padded path's kernel on
+each, and gathers the real tokens' outputs back. Those layouts are length groups: the inputs
+sorted by length and cut wherever one is shorter than `GROUP_LENGTH_RATIO` of its group's
+longest, each group padded to its own longest (no mask at all when its inputs are equally
+long). So the linear layers, about nine tenths of a BERT block's FLOPs at L=256, skip the
+padding, and the attention core, whose cost grows with the square of the length, skips most of it.
 
 `encoder_states` returns the last hidden states in the padded (B, L, H) layout (zeros at the
 pads), so pooling is unchanged. The vectors and gradients equal the padded path's to float
 tolerance (tests/test_unpad.py); with dropout in training the masks are drawn over N tokens
-instead of B x L, so the two paths are equal in distribution, not sample by sample.
+instead of B x L (and attention dropout over the groups' shapes), so the two paths are equal in
+distribution, not sample by sample.
 """
 
 from __future__ import annotations
@@ -25,6 +29,27 @@ import torch
 from torch import nn
 
 PACKING_KWARG = "taser_packing"
+GROUP_LENGTH_RATIO = 0.8  # an attention length group takes inputs down to this fraction of its longest
+
+
+@dataclass(frozen=True)
+class LengthGroup:
+    """Inputs that share one padded attention call: `rows` inputs padded to `length`."""
+
+    rows: int
+    length: int
+    mask: torch.Tensor | None  # (rows, 1, length, length) bool keep-mask; None when all fill `length`
+
+
+def _length_groups(lengths: list[int], ratio: float) -> list[list[int]]:
+    """Row indices by decreasing length, cut where a length falls below `ratio` x the group's first."""
+    groups: list[list[int]] = []
+    for row in sorted(range(len(lengths)), key=lambda r: -lengths[r]):
+        if groups and lengths[row] >= ratio * lengths[groups[-1][0]]:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
 
 
 @dataclass(frozen=True)
@@ -35,11 +60,13 @@ class PackedLayout:
     row_ids: torch.Tensor  # (N,) long: the input (row) each real token belongs to
     starts: torch.Tensor  # (B,) long: packed index of each input's first token ([CLS])
     token_mask: torch.Tensor  # (B, L) bool: the real tokens
-    attention_mask: torch.Tensor  # (B, 1, L, L) bool keep-mask for the padded attention core
+    groups: tuple[LengthGroup, ...]  # the attention core's padded calls
+    slots: torch.Tensor  # (N,) long: each real token's row in the groups' padded layouts, laid end to end
 
     @classmethod
-    def from_mask(cls, mask: torch.Tensor) -> PackedLayout:
-        """The layout of a (B, L) 0/1 mask; every input needs at least one real token."""
+    def from_mask(cls, mask: torch.Tensor, group_ratio: float | None = None) -> PackedLayout:
+        """The layout of a right-padded (B, L) 0/1 mask; every input needs at least one real token.
+        `group_ratio`: see `GROUP_LENGTH_RATIO` (its default); 0 makes one group of the whole batch."""
         mask = mask.bool()
         batch, length = mask.shape
         lengths = mask.sum(1)
@@ -48,8 +75,22 @@ class PackedLayout:
         indices = mask.reshape(-1).nonzero().squeeze(1)
         row_ids = torch.div(indices, length, rounding_mode="floor")
         starts = torch.cumsum(lengths, 0) - lengths
-        attention_mask = mask[:, None, None, :].expand(batch, 1, length, length)
-        return cls(indices, row_ids, starts, mask, attention_mask)
+        positions = (torch.cumsum(mask, 1) - 1).reshape(-1).index_select(0, indices)
+
+        sizes = lengths.tolist()
+        groups, row_base, offset = [], [0] * batch, 0
+        for rows in _length_groups(sizes, GROUP_LENGTH_RATIO if group_ratio is None else group_ratio):
+            longest = sizes[rows[0]]
+            for i, row in enumerate(rows):
+                row_base[row] = offset + i * longest
+            offset += len(rows) * longest
+            keep = None
+            if sizes[rows[-1]] < longest:
+                own = torch.tensor([sizes[r] for r in rows], device=mask.device)
+                keep = (torch.arange(longest, device=mask.device) < own[:, None])[:, None, None, :].expand(len(rows), 1, longest, longest)
+            groups.append(LengthGroup(len(rows), longest, keep))
+        slots = torch.tensor(row_base, dtype=torch.long, device=mask.device).index_select(0, row_ids) + positions
+        return cls(indices, row_ids, starts, mask, tuple(groups), slots)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -81,14 +122,19 @@ class PackedLayout:
         tokens = chosen.index_select(0, self.row_ids).nonzero().squeeze(1)
         return tokens, PackedLayout.from_mask(self.token_mask.index_select(0, rows))
 
-    # -- the attention core, padded: q, k, v as transformers' attention functions get them ---------------
-    def unpack_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(1, heads, N, d) -> (B, heads, L, d), zeros at the pads."""
-        return self.unpack(x[0].transpose(0, 1)).transpose(1, 2)
+    # -- the attention core, padded by length group: q, k, v as transformers' attention functions get them
+    def unpack_heads(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """(1, heads, N, d) -> one (rows, heads, length, d) per group, zeros at the pads."""
+        tokens = x[0].transpose(0, 1)  # (N, heads, d)
+        total = sum(g.rows * g.length for g in self.groups)
+        padded = tokens.new_zeros((total, *tokens.shape[1:])).index_copy_(0, self.slots, tokens)
+        parts = padded.split([g.rows * g.length for g in self.groups])
+        return [p.view(g.rows, g.length, *tokens.shape[1:]).transpose(1, 2) for p, g in zip(parts, self.groups)]
 
-    def pack_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, heads, d) (an attention function's output) -> (1, N, heads, d)."""
-        return self.pack(x).unsqueeze(0)
+    def pack_heads(self, outputs: list[torch.Tensor]) -> torch.Tensor:
+        """One (rows, length, heads, d) attention output per group -> (1, N, heads, d)."""
+        flat = [o.reshape(-1, *o.shape[2:]) for o in outputs]
+        return (torch.cat(flat) if len(flat) > 1 else flat[0]).index_select(0, self.slots).unsqueeze(0)
 
 
 def position_offset(encoder: nn.Module) -> int:
