@@ -157,11 +157,11 @@ def test_routers_count_real_tokens_only(variant, no_gumbel_noise):
     assert len(torch.cat(decisions[True]).unique()) > 1
 
 
-@pytest.mark.parametrize("group_ratio", [0.0, 0.8, 1.0])  # one masked group; the default; a group per length
+@pytest.mark.parametrize("group_ratio", [0.0, 0.8, 1.0])  # one masked group; a few; a group per length (CPU's default)
 def test_chunked_attention_kernel_and_cls_pooling_agree(group_ratio, packings, monkeypatch):
     """CPU training with attention dropout runs the chunked kernel; a rate too small to drop
     anything (1e-9) runs it without randomness, so both paths must agree, whatever the groups."""
-    monkeypatch.setattr(unpad_module, "GROUP_LENGTH_RATIO", group_ratio)
+    monkeypatch.setitem(unpad_module.GROUP_LENGTH_RATIO, "cpu", group_ratio)
     model = build("shared", pooling="cls").double().train()
     model.set_dropout(hidden=0.0, attention=1e-9)
     q, p = batch(QUESTION_LENGTHS, 0), batch(PASSAGE_LENGTHS, 1)
@@ -211,7 +211,7 @@ def test_layout_round_trip_and_edge_cases():
     tokens, sub = layout.select_rows(torch.tensor([0, 2]))
     assert tokens.tolist() == [0, 1, 2, 4, 5, 6, 7] and sub.starts.tolist() == [0, 3]
     # attention length groups: by decreasing length, cut below 0.8 x the group's longest
-    layout = PackedLayout.from_mask(batch([5, 4, 9, 8, 1], 0)["attention_mask"])
+    layout = PackedLayout.from_mask(batch([5, 4, 9, 8, 1], 0)["attention_mask"], group_ratio=0.8)
     assert [(g.rows, g.length) for g in layout.groups] == [(2, 9), (2, 5), (1, 1)]
     assert layout.groups[0].mask.shape == (2, 1, 9, 9) and layout.groups[1].mask is not None and layout.groups[2].mask is None
     heads = torch.randn(1, 3, layout.num_tokens, 2)
@@ -219,6 +219,9 @@ def test_layout_round_trip_and_edge_cases():
     assert [tuple(x.shape) for x in parts] == [(2, 3, 9, 2), (2, 3, 5, 2), (1, 3, 1, 2)]
     torch.testing.assert_close(layout.pack_heads([x.transpose(1, 2) for x in parts]), heads.transpose(1, 2))
     assert [g.rows for g in PackedLayout.from_mask(batch([5, 4, 9], 0)["attention_mask"], group_ratio=0.0).groups] == [3]
+    # on CPU, one unmasked group per distinct length
+    cpu = PackedLayout.from_mask(batch([5, 4, 9, 5, 1], 0)["attention_mask"])
+    assert [(g.rows, g.length, g.mask) for g in cpu.groups] == [(1, 9, None), (2, 5, None), (1, 4, None), (1, 1, None)]
     with pytest.raises(ValueError, match="at least one real token"):
         PackedLayout.from_mask(torch.tensor([[1, 1], [0, 0]]))
 

@@ -9,9 +9,9 @@ softmax(q k^T) v: the `taser_sdpa` attention function (`taser.models.attention`)
 `PackedLayout` among its keyword arguments (`taser_packing`, handed to every block as
 `taser_routing` is), scatters q, k and v into padded layouts, runs the padded path's kernel on
 each, and gathers the real tokens' outputs back. Those layouts are length groups: the inputs
-sorted by length and cut wherever one is shorter than `GROUP_LENGTH_RATIO` of its group's
-longest, each group padded to its own longest (no mask at all when its inputs are equally
-long). So the linear layers, about nine tenths of a BERT block's FLOPs at L=256, skip the
+sorted by length and cut wherever one is shorter than a fraction (`GROUP_LENGTH_RATIO`) of its
+group's longest, each group padded to its own longest (no mask at all when its inputs are
+equally long; on CPU every group is one length). So the linear layers, about nine tenths of a BERT block's FLOPs at L=256, skip the
 padding, and the attention core, whose cost grows with the square of the length, skips most of it.
 
 `encoder_states` returns the last hidden states in the padded (B, L, H) layout (zeros at the
@@ -29,7 +29,15 @@ import torch
 from torch import nn
 
 PACKING_KWARG = "taser_packing"
-GROUP_LENGTH_RATIO = 0.8  # an attention length group takes inputs down to this fraction of its longest
+# An attention length group takes inputs down to this fraction of its longest, by device type. On
+# CPU one call per distinct length, unmasked, measured fastest (benchmarks/peers/unpad_micro.md);
+# elsewhere fewer, masked calls (GPUs: not measured yet).
+GROUP_LENGTH_RATIO = {"cpu": 1.0}
+OTHER_DEVICES_GROUP_RATIO = 0.8
+
+
+def group_ratio_for(device: torch.device) -> float:
+    return GROUP_LENGTH_RATIO.get(device.type, OTHER_DEVICES_GROUP_RATIO)
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class PackedLayout:
     @classmethod
     def from_mask(cls, mask: torch.Tensor, group_ratio: float | None = None) -> PackedLayout:
         """The layout of a right-padded (B, L) 0/1 mask; every input needs at least one real token.
-        `group_ratio`: see `GROUP_LENGTH_RATIO` (its default); 0 makes one group of the whole batch."""
+        `group_ratio`: None, the device's (`GROUP_LENGTH_RATIO`); 0 makes one group of the whole batch."""
         mask = mask.bool()
         batch, length = mask.shape
         lengths = mask.sum(1)
@@ -79,7 +87,7 @@ class PackedLayout:
 
         sizes = lengths.tolist()
         groups, row_base, offset = [], [0] * batch, 0
-        for rows in _length_groups(sizes, GROUP_LENGTH_RATIO if group_ratio is None else group_ratio):
+        for rows in _length_groups(sizes, group_ratio_for(mask.device) if group_ratio is None else group_ratio):
             longest = sizes[rows[0]]
             for i, row in enumerate(rows):
                 row_base[row] = offset + i * longest
