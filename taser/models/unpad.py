@@ -11,8 +11,9 @@ softmax(q k^T) v: the `taser_sdpa` attention function (`taser.models.attention`)
 each, and gathers the real tokens' outputs back. Those layouts are length groups: the inputs
 sorted by length and cut wherever one is shorter than a fraction (`GROUP_LENGTH_RATIO`) of its
 group's longest, each group padded to its own longest (no mask at all when its inputs are
-equally long; on CPU every group is one length). So the linear layers, about nine tenths of a BERT block's FLOPs at L=256, skip the
-padding, and the attention core, whose cost grows with the square of the length, skips most of it.
+equally long; on CPU every group is one length, which measured fastest). So the linear layers,
+about nine tenths of a BERT block's FLOPs at L=256, skip the padding, and so does the attention
+core, whose cost grows with the square of the length (on CPU entirely; elsewhere mostly).
 
 `encoder_states` returns the last hidden states in the padded (B, L, H) layout (zeros at the
 pads), so pooling is unchanged. The vectors and gradients equal the padded path's to float
