@@ -179,7 +179,7 @@ def disk_gb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e9
 
 
-def index_runs(width: int, count: int, types: list[str], work: Path, passages: Path, questions: list[str]) -> dict:
+def index_runs(width: int, count: int, types: list[str], work: Path, passages: Path, questions: list[str], report_only: bool = False) -> dict:
     import numpy as np
 
     from taser.retrieval.index_types import IndexConfig, IndexType, estimated_bytes
@@ -194,6 +194,8 @@ def index_runs(width: int, count: int, types: list[str], work: Path, passages: P
         record = out / f"{slug(spec)}.json"
         if record.is_file():  # already measured (a re-run continues)
             rows.extend(json.loads(record.read_text()))
+            continue
+        if report_only:
             continue
         built = run_child("--worker", "build", str(out / "embeddings"), str(index_dir), spec)
         config = IndexConfig(**parse_spec(spec))
@@ -352,6 +354,7 @@ def main() -> None:
     ap.add_argument("--encode-chunk", type=int, default=500)
     ap.add_argument("--encode-seconds", type=float, nargs=2, default=[150.0, 90.0], help="run, kill, re-run for these seconds")
     ap.add_argument("--out", type=Path, default=HERE / "results.md")
+    ap.add_argument("--report-only", action="store_true", help="write results.md from what earlier runs measured; measure nothing")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -365,13 +368,13 @@ def main() -> None:
 
     passages = args.work / "data" / "passages.tsv"
     questions = [q.question for name in ("train", "dev") for q in read_qa(args.work / "data" / f"{name}.qa.tsv")]
-    runs = [index_runs(width, args.count, args.types, args.work, passages, questions) for width in args.widths]
+    runs = [index_runs(width, args.count, args.types, args.work, passages, questions, args.report_only) for width in args.widths]
     encode_record = args.work / "encode" / "result.json"
     encode = None
     if not args.skip_encode:
         if encode_record.is_file():  # measured by an earlier run (delete it to measure again)
             encode = json.loads(encode_record.read_text())
-        else:
+        elif not args.report_only:
             encode = encode_benchmark(args.work / "encode", passages, args.encode_passages, args.encode_chunk, *args.encode_seconds)
             encode_record.write_text(json.dumps(encode, indent=2))
     (args.work / "results.json").write_text(json.dumps({"runs": runs, "encode": encode}, indent=2))
