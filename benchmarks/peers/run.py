@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 from common import BASE_TRAIN, ROOT, command_line, machine_line, prepare_squad_with_bm25  # noqa: E402
 
 BATCH, LR, WARMUP_STEPS, SCALE, MAX_LENGTH = 16, 2e-5, 2, 20.0, 256
+LEVERS = "## Levers"
 
 
 def hwm_gb() -> float:
@@ -274,7 +275,8 @@ def main() -> None:
     (args.work / "results.json").write_text(json.dumps({"loss_check": check, "runs": runs}, indent=2))
     text = (f"# taser vs sentence-transformers\n\nCommand: `{command_line(__file__)}`\n\n{machine_line()}\n\n" + (__doc__.split("\n\n", 2)[2]) + "\n"
             + report(check, runs, args))
-    args.out.write_text(text)
+    kept = args.out.read_text().partition(LEVERS)[2] if args.out.is_file() else ""
+    args.out.write_text(text + (f"\n{LEVERS}{kept}" if kept else ""))  # the levers' record, written by hand, survives a re-run
     print(text)
 
 
