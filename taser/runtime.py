@@ -16,16 +16,9 @@ import platform
 
 import torch
 
-from taser.choice import Choice
+from taser.precision import Precision
 
 log = logging.getLogger(__name__)
-
-
-class Precision(Choice):
-    auto = "auto"
-    fp32 = "fp32"
-    bf16 = "bf16"
-    fp16 = "fp16"
 
 
 PRECISIONS = Precision.names()

@@ -15,7 +15,7 @@ from taser.data.config import DataConfig
 from taser.models.loading import check_settings, load_model
 from taser.models.settings import ModelSettings
 from taser.pipeline.jobs import DemoJob, EncodeJob, EvaluateJob, IndexJob, MineJob, PrepareSquadJob, ReportJob, TrainJob
-from taser.runtime import Precision
+from taser.precision import Precision
 from taser.training.config import TrainConfig
 
 SCRIPTS = {"train": TrainJob, "encode_passages": EncodeJob, "build_index": IndexJob, "evaluate": EvaluateJob,
@@ -179,3 +179,13 @@ def test_script_stops_before_loading_anything(tmp_path):
     assert proc.returncode != 0
     assert "train.precision" in proc.stderr and "bf61" in proc.stderr
     assert "Loading weights" not in proc.stderr and not out.exists()
+
+
+def test_building_an_index_does_not_import_torch():
+    """`build_index` reads typed configs but never runs a model: torch would add ~190 MB to its
+    peak memory, which the index benchmark holds to index + one shard + 1 GB."""
+    import subprocess
+    import sys
+
+    code = "import sys, taser.cli, taser.pipeline.index; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -55,6 +55,23 @@ def test_every_type_end_to_end(embeddings, mini_squad, tmp_path, kind):
     check_same_passages(index.meta["passages"], mini_squad / "passages.tsv", "the index")
 
 
+def test_training_sample_is_the_drawn_rows_in_order_across_chunks():
+    from taser.retrieval.faiss_index import _training_sample
+
+    vectors = np.arange(103 * 4, dtype=np.float16).reshape(103, 4)
+    cuts = [0, 7, 50, 51, 103]  # uneven chunks, one of a single row
+
+    def chunks():
+        return ((vectors[a:b], np.arange(a, b)) for a, b in zip(cuts, cuts[1:]))
+
+    sample = _training_sample(chunks, 103, 40, seed=3)
+    wanted = np.sort(np.random.default_rng(3).choice(103, size=40, replace=False))
+    assert sample.dtype == np.float32 and np.array_equal(sample, vectors[wanted].astype(np.float32))
+    assert np.array_equal(_training_sample(chunks, 103, 500), vectors.astype(np.float32))  # more asked than there are: all
+    with pytest.raises(ValueError, match="expected 104 vectors, the chunks held 103"):
+        _training_sample(chunks, 104, 40)
+
+
 @pytest.mark.parametrize("kind, opq, recall", [("hnsw", False, 0.95), ("hnsw_sq8", False, 0.9), ("ivf_pq", False, 0.5), ("ivf_pq", True, 0.5)])
 def test_approximate_types_find_the_exact_neighbours(kind, opq, recall):
     base, queries = clustered(2000), clustered(50, seed=1)

@@ -17,10 +17,10 @@ from taser.evaluation.report import check_beir_metrics
 from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever
+from taser.precision import Precision
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
 from taser.retrieval.index_types import IndexConfig
-from taser.runtime import Precision
 from taser.training.config import TrainConfig
 
 

@@ -37,16 +37,21 @@ def _compact_ids(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _training_sample(chunks: Chunks, count: int, size: int, seed: int = 0) -> np.ndarray:
-    """`size` vectors drawn uniformly from all of them, in one pass over the chunks."""
+    """`size` vectors drawn uniformly from all of them, in one pass over the chunks, written into
+    one preallocated array (gathering pieces and concatenating would hold the sample twice)."""
     wanted = np.sort(np.random.default_rng(seed).choice(count, size=min(size, count), replace=False))
-    picked, start = [], 0
+    sample, start = None, 0
     for vectors, _ in chunks():
         end = start + len(vectors)
         lo, hi = np.searchsorted(wanted, [start, end])
         if hi > lo:
-            picked.append(vectors[wanted[lo:hi] - start])
+            if sample is None:
+                sample = np.empty((len(wanted), vectors.shape[1]), dtype=np.float32)
+            sample[lo:hi] = vectors[wanted[lo:hi] - start]
         start = end
-    return np.ascontiguousarray(np.concatenate(picked), dtype=np.float32)
+    if start != count or sample is None:
+        raise ValueError(f"expected {count} vectors, the chunks held {start}")
+    return sample
 
 
 def _skip_polysemous_training(index: faiss.Index) -> None:

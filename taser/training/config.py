@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from taser.choice import settings_from
-from taser.runtime import Precision
+from taser.precision import Precision
 
 if TYPE_CHECKING:
     from taser.models.config import BiEncoderConfig
