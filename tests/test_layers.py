@@ -10,6 +10,7 @@ from conftest import ROOT
 # bottom first; packages on one row are siblings
 LAYERS = [
     {"choice", "io"},
+    {"precision"},
     {"runtime"},
     {"data"},
     {"models"},
