@@ -56,6 +56,13 @@ def machine_line(precision: str = "auto") -> str:
     return f"Machine: {describe_hardware()}, torch {torch.__version__}; precision {shown}."
 
 
+def write_keeping_section(out: Path, text: str, heading: str) -> None:
+    """Write `text` to `out`, keeping what the earlier `out` held from `heading` on: a section
+    written by hand (levers, how the figures were gathered) survives a re-run."""
+    kept = out.read_text().partition(heading)[2] if out.is_file() else ""
+    out.write_text(text + (f"\n{heading}{kept}" if kept else ""))
+
+
 def peak_rss_gb() -> float:
     """This process's peak resident memory so far, in GB (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2

@@ -64,12 +64,12 @@ def test_training_sample_is_the_drawn_rows_in_order_across_chunks():
     def chunks():
         return ((vectors[a:b], np.arange(a, b)) for a, b in zip(cuts, cuts[1:]))
 
-    sample = _training_sample(chunks, 103, 40, seed=3)
+    sample = _training_sample(chunks, 103, 4, 40, seed=3)
     wanted = np.sort(np.random.default_rng(3).choice(103, size=40, replace=False))
     assert sample.dtype == np.float32 and np.array_equal(sample, vectors[wanted].astype(np.float32))
-    assert np.array_equal(_training_sample(chunks, 103, 500), vectors.astype(np.float32))  # more asked than there are: all
+    assert np.array_equal(_training_sample(chunks, 103, 4, 500), vectors.astype(np.float32))  # more asked than there are: all
     with pytest.raises(ValueError, match="expected 104 vectors, the chunks held 103"):
-        _training_sample(chunks, 104, 40)
+        _training_sample(chunks, 104, 4, 40)
 
 
 @pytest.mark.parametrize("kind, opq, recall", [("hnsw", False, 0.95), ("hnsw_sq8", False, 0.9), ("ivf_pq", False, 0.5), ("ivf_pq", True, 0.5)])

@@ -27,9 +27,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from common import ROOT, command_line, machine_line, prepare_squad  # noqa: E402
+from common import ROOT, command_line, machine_line, prepare_squad, write_keeping_section  # noqa: E402
 
 DPR_PASSAGES = 21_015_324
+NOTES = "## Notes"  # a section written by hand, kept when the script re-writes results.md
 SHARDS = 10
 CHUNK = 20_000
 QUERIES = 1000
@@ -402,7 +403,7 @@ def main() -> None:
         + "\n## Targets\n\n" + targets(runs)
         + ("\n" + encode_section(encode) if encode else "")
     )
-    args.out.write_text(text)
+    write_keeping_section(args.out, text, NOTES)
     print(text)
 
 

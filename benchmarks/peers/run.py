@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import BASE_TRAIN, ROOT, command_line, machine_line, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, ROOT, command_line, machine_line, prepare_squad_with_bm25, write_keeping_section  # noqa: E402
 
 BATCH, LR, WARMUP_STEPS, SCALE, MAX_LENGTH = 16, 2e-5, 2, 20.0, 256
 LEVERS = "## Levers"
@@ -275,8 +275,7 @@ def main() -> None:
     (args.work / "results.json").write_text(json.dumps({"loss_check": check, "runs": runs}, indent=2))
     text = (f"# taser vs sentence-transformers\n\nCommand: `{command_line(__file__)}`\n\n{machine_line()}\n\n" + (__doc__.split("\n\n", 2)[2]) + "\n"
             + report(check, runs, args))
-    kept = args.out.read_text().partition(LEVERS)[2] if args.out.is_file() else ""
-    args.out.write_text(text + (f"\n{LEVERS}{kept}" if kept else ""))  # the levers' record, written by hand, survives a re-run
+    write_keeping_section(args.out, text, LEVERS)
     print(text)
 
 

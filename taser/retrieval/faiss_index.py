@@ -36,20 +36,17 @@ def _compact_ids(parts: list[np.ndarray]) -> np.ndarray:
     return numbers if len(raw) and (numbers >= 0).all() and np.array_equal(numbers.astype(bytes), raw) else raw
 
 
-def _training_sample(chunks: Chunks, count: int, size: int, seed: int = 0) -> np.ndarray:
+def _training_sample(chunks: Chunks, count: int, dim: int, size: int, seed: int = 0) -> np.ndarray:
     """`size` vectors drawn uniformly from all of them, in one pass over the chunks, written into
     one preallocated array (gathering pieces and concatenating would hold the sample twice)."""
     wanted = np.sort(np.random.default_rng(seed).choice(count, size=min(size, count), replace=False))
-    sample, start = None, 0
+    sample, start = np.empty((len(wanted), dim), dtype=np.float32), 0
     for vectors, _ in chunks():
         end = start + len(vectors)
         lo, hi = np.searchsorted(wanted, [start, end])
-        if hi > lo:
-            if sample is None:
-                sample = np.empty((len(wanted), vectors.shape[1]), dtype=np.float32)
-            sample[lo:hi] = vectors[wanted[lo:hi] - start]
+        sample[lo:hi] = vectors[wanted[lo:hi] - start]
         start = end
-    if start != count or sample is None:
+    if start != count:  # rows past the end would be left unwritten
         raise ValueError(f"expected {count} vectors, the chunks held {start}")
     return sample
 
@@ -105,7 +102,7 @@ class PassageIndex:
             template.hnsw.efConstruction = config.ef_construction
         _skip_polysemous_training(template)
         if config.needs_training:
-            template.train(_training_sample(chunks, count, config.train_size))
+            template.train(_training_sample(chunks, count, dim, config.train_size))
         parts = config.num_shards
         bounds = [count * s // parts for s in range(parts + 1)]
         wanted = range(parts) if config.part is None else [config.part]
