@@ -29,7 +29,7 @@ def checkpoint(tiny_pretrained, tmp_path_factory):
 def whole(checkpoint, mini_squad, tmp_path_factory):
     """The corpus encoded in one shard, in one run: what every other layout must equal."""
     out = tmp_path_factory.mktemp("whole") / "emb"
-    encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=16, progress=False)
+    encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=16, progress=False, precision="fp32", device="cpu")
     return read_embeddings(out)
 
 
@@ -58,7 +58,7 @@ def test_read_rows_reads_a_range_in_file_order(tmp_path):
 def test_shards_together_equal_one_run(checkpoint, mini_squad, whole, tmp_path):
     out = tmp_path / "emb"
     for k in range(3):
-        result = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, k, 3, chunk_size=16, progress=False)
+        result = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, k, 3, chunk_size=16, progress=False, precision="fp32", device="cpu")
         assert result["encoded_now"] == result["passages"] > 0
     vectors, ids = read_embeddings(out, mini_squad / "passages.tsv")
     assert ids == whole[1] == [p.id for p in read_passages(mini_squad / "passages.tsv")]
@@ -77,32 +77,40 @@ def test_one_shard_per_torchrun_rank(checkpoint, mini_squad, monkeypatch, tmp_pa
 
 KILLED_CHILD = """
 import sys, time
+from pathlib import Path
 import taser.pipeline.encode as encode
 real = encode.encode_passages
-def slow(*args, **kwargs):  # make the shard last long enough to be killed in the middle
-    time.sleep(0.3)
+calls = 0
+def held(*args, **kwargs):  # once chunks 0-2 are written, say so and wait to be killed
+    global calls
+    calls += 1
+    if calls == 4:
+        Path(sys.argv[4]).touch()
+        time.sleep(600)
+        sys.exit("not killed")
     return real(*args, **kwargs)
-encode.encode_passages = slow
-encode.encode_corpus(sys.argv[1], sys.argv[2], sys.argv[3], 0, 1, chunk_size=8, progress=False)
+encode.encode_passages = held
+encode.encode_corpus(sys.argv[1], sys.argv[2], sys.argv[3], 0, 1, chunk_size=8, progress=False, precision="fp32", device="cpu")
 """
 
 
 @pytest.mark.slow
 def test_resume_after_a_kill_equals_an_uninterrupted_run(checkpoint, mini_squad, whole, tmp_path):
-    out = tmp_path / "emb"
-    child = subprocess.Popen([sys.executable, "-c", KILLED_CHILD, checkpoint, str(mini_squad / "passages.tsv"), str(out)], cwd=ROOT)
-    folder = shard_dir(out, 0, 1)
+    """Would catch a re-run that starts over, or re-encodes chunks already on disk. The child holds
+    after chunk 2 until killed (no timing window)."""
+    out, ready = tmp_path / "emb", tmp_path / "ready"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_CHILD, checkpoint, str(mini_squad / "passages.tsv"), str(out), str(ready)], cwd=ROOT)
     deadline = time.time() + 120
-    while not (folder / "chunk_000002.npz").exists():
+    while not ready.exists():
         assert child.poll() is None and time.time() < deadline, "the child ended before it could be killed"
         time.sleep(0.02)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    chunks = sorted(folder.glob("chunk_*.npz"))
-    assert 3 <= len(chunks) < -(-len(whole[1]) // 8)  # killed mid-shard
+    chunks = sorted(shard_dir(out, 0, 1).glob("chunk_*.npz"))
+    assert len(chunks) == 3  # killed mid-shard, after chunks 0-2
     with pytest.raises(ValueError, match="incomplete: run its encoding again"):
         read_embeddings(out)
-    result = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=8, progress=False)
+    result = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=8, progress=False, precision="fp32", device="cpu")
     assert result["encoded_now"] == len(whole[1]) - 8 * len(chunks)
     vectors, ids = read_embeddings(out)
     assert ids == whole[1]
