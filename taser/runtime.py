@@ -25,12 +25,35 @@ PRECISIONS = Precision.names()
 _warned: set[tuple[str, str]] = set()
 
 
+def launcher_local_rank() -> int | None:
+    """This process's LOCAL_RANK under a multi-process launcher (torchrun: WORLD_SIZE > 1), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def pick_device(name: str | torch.device = "auto") -> torch.device:
+    """`auto`: a GPU if there is one, else the CPU. Under torchrun each process takes the GPU of
+    its LOCAL_RANK (`auto` and `cuda` alike); an explicit other index is refused, since every
+    process would then share one GPU."""
     if isinstance(name, torch.device):
-        return name
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+        device = name
+    elif name == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(name)
+    local = launcher_local_rank()
+    if device.type != "cuda" or local is None:
+        return device
+    if device.index is not None and device.index != local:
+        raise ValueError(
+            f"device={name} contradicts this process's LOCAL_RANK={local} under torchrun: every process would share "
+            f"GPU {device.index}; use device=auto or device=cuda (each process then takes cuda:LOCAL_RANK)")
+    count = torch.cuda.device_count()
+    if local >= count:
+        raise ValueError(f"LOCAL_RANK={local} but this machine shows {count} GPU(s): start at most {count} processes per machine "
+                         "(torchrun --nproc_per_node), or check CUDA_VISIBLE_DEVICES")
+    return torch.device("cuda", local)
 
 
 def cpu_has_native_bf16() -> bool:
@@ -92,6 +115,10 @@ def resolve_precision(precision: str, device: str | torch.device = "auto") -> st
     if device.type == "cuda":
         if precision == "auto":
             return "bf16" if cuda_has_bf16() else "fp16"
+        if precision == "bf16" and not cuda_has_bf16():
+            _warn_once("bf16-cuda-emulated", (
+                f"precision bf16 on a GPU without native bf16 ({torch.cuda.get_device_name(device)}): it is emulated and slow, "
+                "or fails in some kernels. Set precision=auto (fp16 with a gradient scaler here)."))
         return precision
     if precision == "fp16":
         raise ValueError(f"precision fp16 needs a CUDA GPU (device is {device.type}); use precision=auto")

@@ -122,3 +122,21 @@ def test_pretrained_names_and_paths(tmp_path):
     for missing in ("/no/such/model", "./model", "~/model", "a/b/c"):
         with pytest.raises(FileNotFoundError, match="model path not found"):
             resolve_pretrained(missing)
+
+
+@pytest.mark.parametrize("saved_dtype", [torch.bfloat16, torch.float16])
+def test_weights_load_as_float32_whatever_they_were_saved_in(tmp_path, tiny_pretrained, tokenizer, saved_dtype):
+    """Would catch transformers' dtype="auto" keeping a half-precision checkpoint's dtype: bf16
+    master weights lose AdamW's small updates to rounding, and fp16 ones fail in GradScaler."""
+    from transformers import BertModel
+
+    half = tmp_path / "half-pretrained"
+    BertModel.from_pretrained(tiny_pretrained).to(saved_dtype).save_pretrained(half)
+    tokenizer.save_pretrained(half)
+    taser = {"taser": {"specialize_every": 1}}
+    model, _ = load_model(tiny_model_cfg(str(half), "taser", **taser))
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    model.to(saved_dtype).save(tmp_path / "half-ckpt", tokenizer)  # a taser checkpoint saved in half precision
+    assert {p.dtype for p in BiEncoder.load(tmp_path / "half-ckpt").parameters()} == {torch.float32}
+    continued, _ = load_model({**tiny_model_cfg(str(half), "taser", **taser), "init_checkpoint": str(tmp_path / "half-ckpt"), "pretrained": None})
+    assert {p.dtype for p in continued.parameters()} == {torch.float32}

@@ -119,3 +119,50 @@ def test_training_records_the_resolved_precision(fake_hardware, tmp_path, tiny_p
     assert [r["precision"] for r in log] == ["fp32", "fp32"]
     state = torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=False)
     assert state["extra"]["runtime"]["precision"] == "fp32"
+
+
+@pytest.fixture
+def torchrun(monkeypatch):
+    """Fake a torchrun process (`torchrun(local_rank, gpus)`) on a machine with `gpus` GPUs."""
+
+    def set_(local_rank: int, gpus: int, world_size: int = 8):
+        monkeypatch.setenv("WORLD_SIZE", str(world_size))
+        monkeypatch.setenv("RANK", str(local_rank))
+        monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+
+    return set_
+
+
+def test_each_torchrun_process_takes_the_gpu_of_its_local_rank(torchrun):
+    """Would catch every rank landing on GPU 0 (`cuda` without an index) under torchrun."""
+    from taser.runtime import pick_device
+
+    torchrun(local_rank=5, gpus=8)
+    assert pick_device("auto") == pick_device("cuda") == pick_device("cuda:5") == torch.device("cuda", 5)
+    assert pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="device=cuda:0 contradicts this process's LOCAL_RANK=5"):
+        pick_device("cuda:0")
+    torchrun(local_rank=3, gpus=2)
+    with pytest.raises(ValueError, match="LOCAL_RANK=3 but this machine shows 2 GPU"):
+        pick_device("auto")
+    torchrun(local_rank=0, gpus=0)
+    assert pick_device("auto") == torch.device("cpu")
+
+
+def test_one_process_keeps_the_device_it_names(monkeypatch):
+    from taser.runtime import pick_device
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device("cuda:1") == torch.device("cuda", 1) and pick_device("auto") == torch.device("cuda")
+
+
+def test_explicit_bf16_on_a_gpu_without_it_warns_once(fake_hardware, monkeypatch, caplog):
+    fake_hardware(cuda_bf16=False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
+    with caplog.at_level(logging.WARNING, logger="taser.runtime"):
+        assert resolve_precision("bf16", torch.device("cuda")) == "bf16"
+        resolve_precision("bf16", torch.device("cuda"))
+    assert [r.message.count("Tesla V100") for r in caplog.records] == [1]

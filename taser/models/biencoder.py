@@ -54,9 +54,12 @@ def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module
     """`attn`: `taser_sdpa` (SDPA, with a lean kernel for CPU attention dropout; see
     `taser.models.attention`), or transformers' own `sdpa` or `eager`."""
     attn = Attention.parse(attn, "attention implementation").value
+    # float32 master weights whatever dtype they were saved in (transformers would keep a bf16 or
+    # fp16 checkpoint's dtype: AdamW's small updates then vanish in rounding); autocast decides
+    # the compute precision
     if isinstance(source, str):
-        return AutoModel.from_pretrained(source, attn_implementation=attn)
-    return AutoModel.from_config(source, attn_implementation=attn)
+        return AutoModel.from_pretrained(source, attn_implementation=attn, dtype=torch.float32)
+    return AutoModel.from_config(source, attn_implementation=attn, dtype=torch.float32)
 
 
 class BiEncoder(nn.Module):
