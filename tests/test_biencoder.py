@@ -140,3 +140,18 @@ def test_weights_load_as_float32_whatever_they_were_saved_in(tmp_path, tiny_pret
     assert {p.dtype for p in BiEncoder.load(tmp_path / "half-ckpt").parameters()} == {torch.float32}
     continued, _ = load_model({**tiny_model_cfg(str(half), "taser", **taser), "init_checkpoint": str(tmp_path / "half-ckpt"), "pretrained": None})
     assert {p.dtype for p in continued.parameters()} == {torch.float32}
+
+
+def test_padding_free_is_the_default_on_cpus_only(tiny_pretrained, monkeypatch):
+    """Would catch the unmeasured padding-free path (masked attention groups, host syncs) turning
+    on by default on GPUs; `unpad=True` still asks for it anywhere."""
+    import taser.models.biencoder as biencoder
+
+    model, _ = load_model(tiny_model_cfg(tiny_pretrained, "shared"))
+    encoder = model.encoder_for("passage")
+    assert biencoder.unpad_by_default(torch.device("cpu")) and not biencoder.unpad_by_default(torch.device("cuda", 0))
+    assert model.runs_unpadded(encoder)
+    monkeypatch.setattr(biencoder, "unpad_by_default", lambda device: False)  # as on a GPU
+    assert not model.runs_unpadded(encoder)
+    model.unpad = True
+    assert model.runs_unpadded(encoder)

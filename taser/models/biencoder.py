@@ -62,9 +62,18 @@ def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module
     return AutoModel.from_config(source, attn_implementation=attn, dtype=torch.float32)
 
 
+def unpad_by_default(device: torch.device) -> bool:
+    """Whether `unpad=None` runs padding-free on `device`: on CPUs, where it measured 1.5-1.6x a
+    training step; not on GPUs until a benchmark there says so (its unequal-length attention
+    groups take a masked kernel, which rules out flash attention, and its layout is computed with
+    host syncs). `unpad=True` asks for it anywhere."""
+    return device.type == "cpu"
+
+
 class BiEncoder(nn.Module):
     """`unpad`: run the encoders on the real tokens only (`taser.models.unpad`); None: where the
-    attention implementation allows it (`taser_sdpa`); True requires it. A runtime setting, not saved."""
+    attention implementation allows it (`taser_sdpa`) and on CPUs (`unpad_by_default`); True
+    requires it. A runtime setting, not saved."""
 
     def __init__(self, config: BiEncoderConfig, question_encoder: nn.Module, passage_encoder: nn.Module | None = None, unpad: bool | None = None):
         super().__init__()
@@ -121,6 +130,8 @@ class BiEncoder(nn.Module):
         if self.unpad is False:
             return False
         packs = getattr(encoder.config, "_attn_implementation", None) == TASER_SDPA
+        if self.unpad is None and not unpad_by_default(next(encoder.parameters()).device):
+            return False
         if self.unpad and not packs:
             raise ValueError(
                 f"unpad=True needs attention={TASER_SDPA}; the encoder uses {encoder.config._attn_implementation!r} (set unpad to false or null)"

@@ -34,7 +34,7 @@ class ModelSettings:
     dropout: float | None = None  # None: the checkpoint's (0.1 for BERT and MiniLM)
     attention_dropout: float | None = None  # None: as `dropout`
     attention: Attention = Attention.taser_sdpa
-    # padding-free encoding (taser.models.unpad): None, where the attention allows it (taser_sdpa); true requires it
+    # padding-free encoding (taser.models.unpad): None, on CPUs where the attention allows it (taser_sdpa); true requires it
     unpad: bool | None = None
     taser: TaserConfig = field(default_factory=TaserConfig)  # model_type=taser only
 
