@@ -2,7 +2,7 @@
 nDCG@10 / Recall@100 / MRR@10 on a BEIR dataset directory (task=beir), or top-k accuracy per
 relation and its macro average on EntityQuestions (task=entity_questions).
 
-`python scripts/evaluate.py checkpoint=outputs/train/dpr/final index=outputs/train/dpr/index`
+`python scripts/evaluate.py checkpoint=outputs/train/dpr/final index=outputs/train/dpr/index [search.ef_search=512]`
 `python scripts/evaluate.py retriever=bm25 bm25.backend=pyserini`
 `python scripts/evaluate.py retriever=hybrid checkpoint=... index=... hybrid.dense_weight=1.1`
 `python scripts/evaluate.py task=beir beir.dir=beir/scifact checkpoint=... out_dir=outputs/eval/scifact/dense`
@@ -12,7 +12,7 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.evaluate import RetrieverSettings, evaluate_qa
+from taser.pipeline.evaluate import evaluate_qa
 from taser.pipeline.evaluate_ood import evaluate_beir, evaluate_entity_questions
 
 
@@ -20,9 +20,7 @@ from taser.pipeline.evaluate_ood import evaluate_beir, evaluate_entity_questions
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    h = job.hybrid
-    settings = RetrieverSettings(job.retriever, job.checkpoint, job.index, job.bm25, h.dense_weight, h.rule, h.candidates,
-                                 job.batch_size, job.precision, job.device)
+    settings = job.retriever_settings()
     if job.task == "beir":
         b = job.beir
         results = evaluate_beir(settings, b.dir, job.out_dir, b.split, job.k, b.ignore_identical_ids, b.work_dir, job.dataset, job.name)

@@ -99,6 +99,23 @@ def test_evaluate_task_defaults():
     assert job("train", "train.tensorboard=true").train.tensorboard is True
 
 
+def test_evaluate_takes_the_readmes_search_settings():
+    """Catches the search settings the README tells users to change at load time being refused
+    when the config is composed (as `index.ef_search=512` was: `index` is a path there)."""
+    import re
+
+    from taser.retrieval.index_types import SearchSettings
+
+    readme = (ROOT / "README.md").read_text()
+    sentence = readme[readme.index("Search settings are\nchanged at load time"):][:400]
+    overrides = re.findall(r"(search\.\w+=\d+)", sentence)
+    assert len(overrides) == 2, sentence
+    assert job("evaluate", *overrides).search == SearchSettings(ef_search=512, nprobe=256)
+    assert job("evaluate").search == SearchSettings() and job("evaluate").retriever_settings().search == SearchSettings()
+    assert job("evaluate", "search.ef_search=64").retriever_settings().search.ef_search == 64
+    assert "search.nprobe must be >= 1" in rejection("evaluate", "search.nprobe=0")
+
+
 def test_misspelt_hybrid_key():
     text = rejection("evaluate", "retriever=hybrid", "+hybrid.lamda=2")
     assert "lamda" in text and "HybridSettings" in text
@@ -181,11 +198,38 @@ def test_script_stops_before_loading_anything(tmp_path):
     assert "Loading weights" not in proc.stderr and not out.exists()
 
 
-def test_building_an_index_does_not_import_torch():
-    """`build_index` reads typed configs but never runs a model: torch would add ~190 MB to its
-    peak memory, which the index benchmark holds to index + one shard + 1 GB."""
-    import subprocess
-    import sys
+def test_building_an_index_does_not_import_torch(tmp_path):
+    """Catches torch (or transformers) imported while building an index, at import or at run
+    time (a lazy import inside the build, its config or a type that trains): torch would add
+    ~190 MB to a peak the index benchmark holds to index + one shard + 1 GB. The script and the
+    library are run in a fresh process on small embeddings; the test process has torch loaded."""
+    import numpy as np
 
-    code = "import sys, taser.cli, taser.pipeline.index; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    from taser.retrieval.embeddings import ShardWriter, passages_identity
+
+    rows, dim = 300, 16
+    passages = tmp_path / "passages.tsv"
+    passages.write_text("id\ttext\ttitle\n" + "".join(f"{i}\tpassage {i}\tTitle\n" for i in range(1, rows + 1)))
+    manifest = {"checkpoint": {"name": "ckpt"}, "passages": passages_identity(passages, rows), "num_shards": 1, "shard_id": 0,
+                "start": 0, "end": rows, "chunk_size": 100, "dtype": "float16"}
+    writer, vectors = ShardWriter(tmp_path / "emb", manifest), np.random.default_rng(0).normal(size=(rows, dim))
+    for i in range(writer.num_chunks):
+        start, end = writer.chunk_rows(i)
+        writer.write_chunk(i, vectors[start:end], [str(r + 1) for r in range(start, end)])
+    writer.finish(dim)
+    code = f"""
+import atexit, json, runpy, sys
+atexit.register(lambda: print("IMPORTED", json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & {{"torch", "transformers"}}))))
+sys.argv = ["build_index.py", "embeddings={tmp_path / 'emb'}", "out_dir={tmp_path / 'ivf'}", "index.type=ivf_pq", "index.pq_m=8"]
+runpy.run_path({str(ROOT / "scripts" / "build_index.py")!r}, run_name="__main__")  # the script as a user runs it
+from taser.pipeline.index import build_index
+from taser.retrieval.faiss_index import load_index
+from taser.retrieval.index_types import IndexConfig
+build_index({str(tmp_path / "emb")!r}, {str(tmp_path / "sq8")!r}, IndexConfig("hnsw_sq8", hnsw_m=8, num_shards=2, train_size=200))
+index = load_index({str(tmp_path / "sq8")!r})
+assert load_index({str(tmp_path / "ivf")!r}).search(index.parts[0].index.reconstruct_n(0, 2), 5)[1][0]
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "ivf" / "index.json").is_file() and (tmp_path / "sq8" / "part_001" / "index.json").is_file()
+    assert proc.stdout.strip().splitlines()[-1] == "IMPORTED []", proc.stdout

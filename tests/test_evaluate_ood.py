@@ -1,7 +1,9 @@
 """Out-of-domain evaluation on tiny data in the real formats (tests/fixtures/beir-tiny,
 tests/fixtures/entity-questions-tiny): the readers and their errors, BEIR's metrics against
-BEIR's own recipe (pytrec_eval over the TREC run file written), EntityQuestions' macro average,
-and scripts/evaluate.py end to end (dense with the tiny model, BM25)."""
+BEIR's own recipe (pytrec_eval over the TREC run file written), a query without hits, another
+split, the reuse of the converted corpus and of the dense index (and their rebuilding when the
+corpus or the checkpoint changes), EntityQuestions' macro average, and scripts/evaluate.py end
+to end (dense with the tiny model, BM25)."""
 
 import json
 import shutil
@@ -135,6 +137,109 @@ def test_beir_bm25_metrics_are_beirs(tmp_path):
     assert kept["metrics"]["nDCG@10"] == pytest.approx(recipe["nDCG@10"], abs=1e-5)
 
 
+def beir_copy(tmp_path, name="beir"):
+    """A copy of the tiny BEIR dataset that a test may change."""
+    return shutil.copytree(BEIR, tmp_path / name)
+
+
+def append(path, text):
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def test_beir_query_without_hits_counts_zero(tmp_path):
+    """Catches a judged query that retrieves nothing being left out of the means instead of
+    scoring 0 (BEIR's convention, `taser.evaluation.ir_metrics`): it would inflate every figure."""
+    beir = beir_copy(tmp_path)
+    append(beir / "queries.jsonl", '{"_id": "q7", "text": "zyzzyva qwxzt"}\n')  # no term of the corpus: BM25 finds nothing
+    append(beir / "qrels" / "test.tsv", "q7\td1\t1\n")
+    results = evaluate_beir(BM25S, beir, tmp_path / "out", work_dir=tmp_path / "work")
+    without = evaluate_beir(BM25S, BEIR, tmp_path / "without", work_dir=tmp_path / "work-without")  # the 5 other queries
+    assert results["queries"] == results["queries_scored"] == 6 and without["queries_scored"] == 5
+    assert not any(line.startswith("q7 ") for line in (tmp_path / "out" / "run.trec").read_text().splitlines())
+    for key in ("nDCG@10", "Recall@100", "MRR@10"):
+        assert without["metrics"][key] > 0 and results["metrics"][key] == pytest.approx(without["metrics"][key] * 5 / 6, abs=1e-5), key
+    assert results["top_k_curve"] == pytest.approx([v * 5 / 6 for v in without["top_k_curve"]], abs=0.01)
+    assert results["metrics"]["nDCG@10"] < beir_recipe(beir / "qrels" / "test.tsv", tmp_path / "out" / "run.trec")["nDCG@10"]  # not the mean over 5
+
+
+def dev_split(tmp_path):
+    beir = beir_copy(tmp_path)
+    (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t2\nq2\td5\t1\nq4\td10\t1\n")  # other judgements than test's
+    return beir
+
+
+def test_beir_dev_split(tmp_path):
+    """Catches `split` not reaching the qrels read (test.tsv judged instead of dev.tsv)."""
+    beir = dev_split(tmp_path)
+    results = evaluate_beir(BM25S, beir, tmp_path / "dev", split="dev", work_dir=tmp_path / "work")
+    assert results["split"] == "dev" and results["queries"] == results["queries_scored"] == 3
+    assert {line.split()[0] for line in (tmp_path / "dev" / "run.trec").read_text().splitlines()} == {"q1", "q2", "q4"}
+    recipe = beir_recipe(beir / "qrels" / "dev.tsv", tmp_path / "dev" / "run.trec")
+    assert recipe["queries"] == 3 and results["metrics"]["nDCG@10"] == pytest.approx(recipe["nDCG@10"], abs=1e-5)
+    test = evaluate_beir(BM25S, beir, tmp_path / "test", work_dir=tmp_path / "work")
+    assert test["metrics"]["nDCG@10"] != results["metrics"]["nDCG@10"]
+
+
+def test_beir_reuses_its_corpus_and_dense_index_until_they_change(tmp_path, tiny_checkpoint, monkeypatch):
+    """Catches the converted corpus or `dense-index/` rebuilt on every run (hours on a large
+    corpus), or reused after `corpus.jsonl` or the checkpoint changed (stale passages or vectors),
+    or a rebuild stopped by vectors of the old corpus that a killed run left behind."""
+    import torch
+
+    import taser.pipeline.encode as encode_stage
+    import taser.pipeline.evaluate_ood as ood
+    from taser.models.loading import load_checkpoint
+
+    calls = {"convert": 0, "encode": 0}
+    convert, encode = ood.write_beir_passages, encode_stage.encode_corpus
+
+    def counted(name, function):
+        def spy(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return spy
+
+    monkeypatch.setattr(ood, "write_beir_passages", counted("convert", convert))
+    monkeypatch.setattr(encode_stage, "encode_corpus", counted("encode", encode))
+    beir, out, work = beir_copy(tmp_path), tmp_path / "dense", tmp_path / "work"
+    passages, index = work / "passages.tsv", out / "dense-index" / "index" / "index.faiss"
+
+    def run():
+        return evaluate_beir(RetrieverSettings("dense", tiny_checkpoint, device="cpu"), beir, out, work_dir=work)
+
+    def stamp(path):
+        st = path.stat()
+        return st.st_ino, st.st_mtime_ns
+
+    first = run()
+    assert calls == {"convert": 1, "encode": 1} and first["documents"] == 11
+    corpus_stamp, index_stamp = stamp(passages), stamp(index)
+    second = run()  # nothing changed: nothing converted, encoded or rewritten
+    assert calls == {"convert": 1, "encode": 1} and (stamp(passages), stamp(index)) == (corpus_stamp, index_stamp)
+    assert second["metrics"] == first["metrics"]
+
+    # the corpus changes; vectors of the old one were left by a run killed before building its index
+    encode(tiny_checkpoint, passages, out / "dense-index" / "embeddings", 0, 1, device="cpu", progress=False)
+    append(beir / "corpus.jsonl", '{"_id": "d13", "title": "Marie Curie", "text": "Marie Curie won the Nobel prize for research on radioactivity."}\n')
+    third = run()
+    assert calls == {"convert": 2, "encode": 2} and third["documents"] == 12
+    assert stamp(passages) != corpus_stamp and stamp(index) != index_stamp
+    assert "d13" in {line.split()[2] for line in (out / "run.trec").read_text().splitlines()}  # the new document is searched
+    corpus_stamp, index_stamp, third_run = stamp(passages), stamp(index), (out / "run.trec").read_text()
+
+    # the checkpoint changes (retrained at the same path): the corpus is kept, the vectors are not
+    model, tokenizer = load_checkpoint(tiny_checkpoint, "cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model.save(tiny_checkpoint, tokenizer)
+    fourth = run()
+    assert calls == {"convert": 2, "encode": 3} and stamp(passages) == corpus_stamp and stamp(index) != index_stamp
+    assert (out / "run.trec").read_text() != third_run and fourth["documents"] == 12  # scored by the new vectors
+    assert not (out / "dense-index" / "embeddings").exists()  # the scratch vectors are removed once indexed
+
+
 def test_bad_beir_input_writes_nothing(tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(BEIR, bad)
@@ -190,3 +295,16 @@ def test_evaluate_script_on_a_beir_directory(tmp_path, tiny_checkpoint):
     dense_results = json.loads((tmp_path / "dense" / "results.json").read_text())
     assert dense_results["name"] == "tiny dpr" and dense_results["parameters"] > 0
     assert (tmp_path / "dense" / "dense-index" / "index" / "index.json").is_file()  # no index given: a flat one was built
+
+
+@pytest.mark.slow
+def test_evaluate_script_on_a_beir_dev_split(tmp_path):
+    """Catches `beir.split=dev` not reaching the evaluation from the command line."""
+    beir = dev_split(tmp_path)
+    proc = run("task=beir", f"beir.dir={beir}", "beir.split=dev", f"beir.work_dir={tmp_path / 'work'}", "retriever=bm25",
+               "bm25.backend=bm25s", f"out_dir={tmp_path / 'out'}")
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["split"] == "dev" and results["queries"] == 3
+    recipe = beir_recipe(beir / "qrels" / "dev.tsv", tmp_path / "out" / "run.trec")
+    assert results["metrics"]["nDCG@10"] == pytest.approx(recipe["nDCG@10"], abs=1e-5)
+    assert f"nDCG@10 {recipe['nDCG@10']:.4f}" in proc.stdout

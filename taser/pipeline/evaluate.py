@@ -21,6 +21,7 @@ from taser.data.qa import read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule, fuse_many
+from taser.retrieval.index_types import SearchSettings
 
 # torch, transformers and faiss are imported only by the dense paths: BM25 alone starts fast.
 
@@ -47,9 +48,12 @@ class RetrieverSettings:
     batch_size: int = 128
     precision: str = "auto"
     device: str = "auto"
+    search: SearchSettings = field(default_factory=SearchSettings)  # dense, hybrid: ef_search, nprobe in place of the index's own
 
     def __post_init__(self):
         self.retriever = Retriever.parse(self.retriever, "retriever")
+        if isinstance(self.search, dict):
+            self.search = SearchSettings(**self.search)
         self.rule = HybridRule.parse(self.rule, "hybrid rule")
         self.bm25 = BM25Settings.from_dict(self.bm25)
         if self.retriever != Retriever.bm25 and not self.checkpoint:
@@ -73,20 +77,22 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     work = Path(work_dir)
     index_dir, embeddings = work / "index", work / "embeddings"
     identity = checkpoint_identity(checkpoint)
-    if (index_dir / "index.json").is_file():
-        meta = json.loads((index_dir / "index.json").read_text())
+
+    def made_here(record: dict) -> bool:
+        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint and passages file."""
         try:
-            check_same_passages(meta.get("passages"), passages_tsv, str(index_dir))
-            same_passages = meta.get("passages") is not None
+            check_same_passages(record.get("passages"), passages_tsv, str(work))
         except ValueError:
-            same_passages = False
-        if meta.get("checkpoint") == identity and same_passages:
-            log.info("reusing the flat index %s of %s", index_dir, checkpoint)
-            return index_dir
+            return False
+        return record.get("passages") is not None and record.get("checkpoint") == identity
+
+    if (index_dir / "index.json").is_file() and made_here(json.loads((index_dir / "index.json").read_text())):
+        log.info("reusing the flat index %s of %s", index_dir, checkpoint)
+        return index_dir
     manifest = shard_dir(embeddings, 0, 1) / "manifest.json"
-    if manifest.is_file() and json.loads(manifest.read_text()).get("checkpoint") != identity:
-        shutil.rmtree(embeddings)  # another checkpoint's vectors: this directory is the stage's scratch
-    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, progress=False)
+    if manifest.is_file() and not made_here(json.loads(manifest.read_text())):
+        shutil.rmtree(embeddings)  # left by a killed run over another checkpoint or passages file: this directory is the stage's scratch
+    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device)
     similarity = read_checkpoint_config(checkpoint)[0].similarity
     build_index(embeddings, index_dir, IndexConfig("flat", metric_for(similarity)))
     shutil.rmtree(embeddings)
@@ -105,7 +111,7 @@ def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: 
     index_dir = s.index_dir or dense_index(s.checkpoint, passages_tsv, Path(work_dir) / "dense-index", min(s.batch_size, 64), s.precision, s.device)
     model, tokenizer = load_checkpoint(s.checkpoint, s.device)
     runtime = precision_record(s.precision, next(model.parameters()).device)
-    index = load_index(index_dir)
+    index = load_index(index_dir, s.search)
     check_same_passages(index.meta.get("passages"), passages_tsv, f"the index {index_dir}")
     start = time.perf_counter()
     retrieved = dense_retrieve(model, tokenizer, index, questions, k, s.batch_size, runtime["precision"])
@@ -113,6 +119,7 @@ def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: 
     meta = {
         "model": str(s.checkpoint),
         "index": str(index_dir),
+        **({"search": s.search.given()} if s.search.given() else {}),
         "model_type": model.config.model_type,
         "pretrained": model.config.pretrained,
         "parameters": parameter_report(model)["total"],

@@ -16,11 +16,11 @@ from taser.data.config import DataConfig, Match
 from taser.evaluation.report import check_beir_metrics
 from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.settings import ModelSettings
-from taser.pipeline.evaluate import Retriever
+from taser.pipeline.evaluate import Retriever, RetrieverSettings
 from taser.precision import Precision
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
-from taser.retrieval.index_types import IndexConfig
+from taser.retrieval.index_types import IndexConfig, SearchSettings
 from taser.training.config import TrainConfig
 
 
@@ -115,6 +115,7 @@ class EvaluateJob:
     retriever: Retriever = Retriever.dense
     checkpoint: str | None = None  # dense, hybrid: a taser checkpoint directory
     index: str | None = None  # dense, hybrid: its FAISS index over the passages (None: encode them into a flat index in out_dir)
+    search: SearchSettings = field(default_factory=SearchSettings)  # dense, hybrid: search.ef_search, search.nprobe at load time (None: as built)
     qa_file: str | None = None  # task=qa
     passages: str | None = None  # task=qa, entity_questions (BEIR: converted from corpus.jsonl)
     match: Match = Match.string
@@ -144,6 +145,12 @@ class EvaluateJob:
             self.beir.work_dir = f"outputs/beir/{os.path.basename(os.path.normpath(self.beir.dir))}"
         if self.bm25.index_dir is None and self.task != EvalTask.beir:
             self.bm25.index_dir = f"{self.data.data_dir or 'outputs'}/bm25-{self.bm25.backend}"
+
+    def retriever_settings(self) -> RetrieverSettings:
+        """What retrieves, as every evaluation task takes it (`taser.pipeline.evaluate.retrieve`)."""
+        h = self.hybrid
+        return RetrieverSettings(self.retriever, self.checkpoint, self.index, self.bm25, h.dense_weight, h.rule, h.candidates,
+                                 self.batch_size, self.precision, self.device, self.search)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 
 from taser.io import atomic_dir
-from taser.retrieval.index_types import IndexConfig, IndexType, choose, estimates
+from taser.retrieval.index_types import IndexConfig, IndexType, SearchSettings, choose, estimates
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,14 @@ class PassageIndex:
                  for s in wanted]
         return built[0] if parts == 1 or config.part is not None else ShardedIndex(built, config, meta)
 
+    def use_search(self, search: SearchSettings) -> None:
+        """Search with `search`'s settings from now on (no rebuild: they are read at each search)."""
+        self.config = search.apply(self.config)
+
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
-        """Scores [n, k'] (higher is better) and passage ids, k' = min(k, size)."""
+        """Scores [n, k'] (higher is better) and passage ids, k' = min(k, size). Where fewer than k'
+        passages are found (an `ivf_pq` query whose probed lists hold fewer), the row of ids is
+        shorter and the scores past its end are -inf."""
         k = min(k, self.index.ntotal)
         if isinstance(self.index, faiss.IndexHNSW):
             self.index.hnsw.efSearch = max(self.config.ef_search, k)
@@ -131,6 +137,7 @@ class PassageIndex:
             faiss.extract_index_ivf(self.index).nprobe = self.config.nprobe
         distances, rows = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
         scores = -distances if self.config.metric == "l2" else distances
+        scores[rows < 0] = -np.inf  # FAISS puts the missing results (row -1) last, with its worst distance
         return scores, [[self.id_at(r) for r in row if r >= 0] for row in rows]
 
     def save(self, directory: str | os.PathLike) -> None:
@@ -169,13 +176,20 @@ class ShardedIndex:
     def size(self) -> int:
         return sum(part.index.ntotal for part in self.parts)
 
+    def use_search(self, search: SearchSettings) -> None:
+        for part in self.parts:
+            part.use_search(search)
+        self.config = search.apply(self.config)
+
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
         results = [part.search(queries, k) for part in self.parts]
         k = min(k, self.size)
         scores = np.concatenate([r[0] for r in results], axis=1)
-        ids = [[pid for r in results for pid in r[1][q]] for q in range(len(queries))]
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties keep the parts' row order
-        return np.take_along_axis(scores, order, axis=1), [[row_ids[j] for j in row] for row_ids, row in zip(ids, order)]
+        # a part that found fewer than k has a shorter row of ids than of scores: padded, so that ids stay beside their scores
+        ids = [[pid for r in results for pid in r[1][q] + [None] * (r[0].shape[1] - len(r[1][q]))] for q in range(len(queries))]
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties keep the parts' row order; missing ones (-inf) last
+        return (np.take_along_axis(scores, order, axis=1),
+                [[row_ids[j] for j in row if row_ids[j] is not None] for row_ids, row in zip(ids, order)])
 
     def save(self, directory: str | os.PathLike) -> None:
         with atomic_dir(directory) as tmp:
@@ -189,10 +203,23 @@ def part_dir(directory: str | os.PathLike, part: int) -> Path:
     return Path(directory) / f"part_{part:03d}"
 
 
-def load_index(directory: str | os.PathLike) -> PassageIndex | ShardedIndex:
+_SEARCH_SETTING_TYPES = {"ef_search": (IndexType.hnsw, IndexType.hnsw_sq8), "nprobe": (IndexType.ivf_pq,)}
+
+
+def load_index(directory: str | os.PathLike, search: SearchSettings | None = None) -> PassageIndex | ShardedIndex:
     """An index directory as saved by `PassageIndex.save` or `ShardedIndex.save`, or holding the
-    `part_<s>/` indexes built one per process (`index.part`), checked to be all there and contiguous."""
-    directory = Path(directory)
+    `part_<s>/` indexes built one per process (`index.part`), checked to be all there and contiguous.
+    `search`: search settings in place of those it was built with (`SearchSettings`)."""
+    index = _load_index(Path(directory))
+    if search is not None and search.given():
+        unused = [name for name in search.given() if index.config.type not in _SEARCH_SETTING_TYPES[name]]
+        if unused:
+            log.warning("search.%s has no effect on the %s index %s", " and search.".join(unused), index.config.type, directory)
+        index.use_search(search)
+    return index
+
+
+def _load_index(directory: Path) -> PassageIndex | ShardedIndex:
     meta_file = directory / "index.json"
     found = sorted(directory.glob("part_*/index.json"))
     if not meta_file.is_file() and not found:

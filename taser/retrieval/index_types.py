@@ -10,13 +10,13 @@ takes, so that `auto` can pick the most accurate one that fits a budget.
 
 Inner product throughout (dot and cosine similarity); `metric: l2` for models trained with it.
 The default `hnsw_m` of 32 suits 21M passages; DPR's 512 neighbours is the
-config group `index_preset=dpr_hnsw` (its graph alone is ~86 GB at 21M vectors).
+config group `index_preset=dpr_hnsw` (its graph alone is ~92 GB at 21M vectors).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from taser.choice import Choice
 
@@ -94,6 +94,28 @@ class IndexConfig:
     @property
     def needs_training(self) -> bool:
         return self.type in (IndexType.hnsw_sq8, IndexType.ivf_pq)
+
+
+@dataclass
+class SearchSettings:
+    """How a built index is searched: set when it is loaded, without rebuilding it (evaluate's
+    `search.ef_search`, `search.nprobe`). None keeps what the index was built with
+    (`index.ef_search`, `index.nprobe` of build_index, recorded in its `index.json`)."""
+
+    ef_search: int | None = None  # hnsw, hnsw_sq8: candidates kept per query (more: better recall, slower)
+    nprobe: int | None = None  # ivf_pq: inverted lists searched per query
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if value is not None and value < 1:
+                raise ValueError(f"search.{name} must be >= 1, got {value}")
+
+    def given(self) -> dict[str, int]:
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    def apply(self, config: IndexConfig) -> IndexConfig:
+        """`config` with these settings in place of the built ones."""
+        return replace(config, **self.given())
 
 
 def estimated_bytes(config: IndexConfig, index_type: IndexType, dim: int, count: int) -> int:
