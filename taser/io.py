@@ -1,7 +1,11 @@
 """Atomic outputs: every stage writes to a temporary path and renames it on success.
 
 A killed or failing process therefore never leaves a half-written file (or checkpoint
-directory) that a later stage would take as complete.
+directory) that a later stage would take as complete. Before the rename, the output (and, for a
+directory, everything in it) is given the permissions the user's umask grants a new file or
+directory, as `open` and `mkdir` would: `tempfile` makes its files and directories private
+(0600 / 0700), and so do some writers (safetensors writes 0600), which on a shared cluster
+would hide results from the user's group.
 """
 
 from __future__ import annotations
@@ -13,6 +17,39 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where the system says it (Linux), else set
+    and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_modes(path: Path) -> None:
+    """Give `path` (and, for a directory, everything below it) the modes the umask grants new
+    files and directories; executable files keep their execute bits (as far as the umask allows)."""
+    umask = current_umask()
+    items = [path]
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            items += [Path(root) / name for name in dirs + files]
+    for item in items:
+        if item.is_symlink():
+            continue
+        if item.is_dir():
+            os.chmod(item, 0o777 & ~umask)
+        else:
+            executable = os.stat(item).st_mode & 0o111
+            os.chmod(item, (0o777 if executable else 0o666) & ~umask)
 
 
 def _tmp_name(path: Path) -> Path:
@@ -29,6 +66,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = _tmp_name(path)
     try:
         yield tmp
+        publish_modes(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -57,6 +95,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        publish_modes(tmp)
         old = None
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))

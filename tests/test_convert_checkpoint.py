@@ -7,12 +7,19 @@ tensors or settings at fault, with nothing written.
 - DPR's `.cp`: a `model_dict` built from those encoders' BERT weights (plus a pooler);
 - TASER's release: a state dict with TASER's tensor names (microsoft/taser `moe_models.py`,
   `mod3:fwd`, two experts, one shared encoder), against a reference forward pass written here from
-  the papers' equations, independent of transformers and of this library.
+  the papers' equations, independent of transformers and of this library; an export is checked
+  against what TASER's loader reads (the flat `encoder_params`, `encoder_model_type: hf_any`), not
+  against this library's reader only.
+
+Reference inputs are built as DPR and TASER build them (`dpr_inputs`: a titled passage is the pair
+`tokenizer.encode(title, text_pair=text, truncation=True)`, token type ids all zero), not with
+this library's tokenisation.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import subprocess
@@ -24,9 +31,10 @@ import torch
 from conftest import ROOT, tiny_bert_config, tiny_model_cfg
 from safetensors.torch import load_file, save_file
 
+from taser.data.passages import Passage
 from taser.models.convert.mapping import ConversionError
 from taser.models.convert.taser_release import export_taser_release
-from taser.models.encoding import encode_texts
+from taser.models.encoding import encode_passages, encode_questions
 from taser.models.inputs import passage_string
 from taser.models.loading import load_checkpoint, load_model
 from taser.pipeline.convert import convert_checkpoint
@@ -39,19 +47,34 @@ TOL = {"atol": 2e-5, "rtol": 1e-4}  # float32 rounding: different kernels, batch
 
 
 def passage_strings(tokenizer) -> list[str]:
+    """The passages as one string each, as a sentence-transformers export reads them."""
     return [passage_string(title, text, tokenizer.sep_token) for title, text in PASSAGES]
 
 
-def batch(tokenizer, texts):
-    enc = tokenizer(texts, padding=True, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"]
+def dpr_inputs(tokenizer, side: str, passages=PASSAGES, max_length: int = 512):
+    """(input_ids, attention_mask) as DPR's and TASER's `text_to_tensor` build them: a question
+    alone, a titled passage as the pair (title, text) truncated longest-first, an untitled one
+    alone; padded right. (Token type ids: all zero, the encoders' default.)"""
+    if side == "question":
+        rows = [tokenizer.encode(q, truncation=True, max_length=max_length) for q in QUESTIONS]
+    else:
+        rows = [tokenizer.encode(title, text_pair=text, truncation=True, max_length=max_length) if title
+                else tokenizer.encode(text, truncation=True, max_length=max_length) for title, text in passages]  # fmt: skip
+    longest = max(map(len, rows))
+    ids = torch.tensor([row + [tokenizer.pad_token_id] * (longest - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (longest - len(row)) for row in rows])
+    return ids, mask
 
 
-def our_vectors(checkpoint, side: str) -> torch.Tensor:
-    """A checkpoint's vectors as the stages compute them: `load_checkpoint`, then `encode_texts`."""
+def our_vectors(checkpoint, side: str, passages=PASSAGES) -> torch.Tensor:
+    """A checkpoint's vectors as the stages compute them: `load_checkpoint`, then `encode_questions`
+    or `encode_passages`."""
     model, tokenizer = load_checkpoint(checkpoint, device="cpu")
-    texts = QUESTIONS if side == "question" else passage_strings(tokenizer)
-    return torch.from_numpy(encode_texts(model, tokenizer, texts, side, batch_size=2, precision="fp32"))
+    kwargs = {"batch_size": 2, "precision": "fp32"}
+    if side == "question":
+        return torch.from_numpy(encode_questions(model, tokenizer, QUESTIONS, **kwargs))
+    items = [Passage(str(i), text, title) for i, (title, text) in enumerate(passages)]
+    return torch.from_numpy(encode_passages(model, tokenizer, items, **kwargs))
 
 
 def perturb(module: torch.nn.Module, seed: int) -> None:
@@ -96,12 +119,13 @@ def dpr_pair(tmp_path_factory, tokenizer):
     return root / "question", root / "ctx", models
 
 
-def dpr_vectors(dpr_pair, tokenizer, side: str) -> torch.Tensor:
+def dpr_vectors(dpr_pair, tokenizer, side: str, passages=PASSAGES, max_length: int = 512) -> torch.Tensor:
+    """transformers' DPR encoders on DPR's inputs, token type ids zero as DPR passes them."""
     _, _, models = dpr_pair
-    texts = QUESTIONS if side == "question" else passage_strings(tokenizer)
-    ids, mask = batch(tokenizer, texts)
+    ids, mask = dpr_inputs(tokenizer, side, passages, max_length)
     with torch.no_grad():
-        return models["question" if side == "question" else "ctx"](input_ids=ids, attention_mask=mask).pooler_output
+        model = models["question" if side == "question" else "ctx"]
+        return model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).pooler_output
 
 
 def test_hf_dpr_import_gives_dprs_vectors(dpr_pair, tokenizer, tmp_path):
@@ -128,9 +152,12 @@ def test_hf_dpr_round_trip_is_lossless_and_transformers_loads_the_export(dpr_pai
     # transformers' own classes load the export and give the original vectors
     for side, cls, sub in (("question", DPRQuestionEncoder, "question_encoder"), ("passage", DPRContextEncoder, "ctx_encoder")):
         loaded = cls.from_pretrained(exported / sub).eval()
-        ids, mask = batch(tokenizer, QUESTIONS if side == "question" else passage_strings(tokenizer))
+        ids, mask = dpr_inputs(tokenizer, side)
         with torch.no_grad():
-            torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).pooler_output, dpr_vectors(dpr_pair, tokenizer, side), **TOL)
+            vectors = loaded(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).pooler_output
+        torch.testing.assert_close(vectors, dpr_vectors(dpr_pair, tokenizer, side), **TOL)
+    readme = (exported / "README.md").read_text()
+    assert "\u2019" in readme and "token_type_ids all zero" in readme and "longest_first" in readme
 
 
 def copy_dir(src, dst):
@@ -274,6 +301,60 @@ def test_dpr_cp_refusals(dpr_pair, tiny_pretrained, tokenizer, tmp_path):
     refused(convert_checkpoint, out, "model_dict is not a mapping of names to tensors", "import_dpr_cp", tmp_path / "strings.cp", out)
 
 
+# -- import settings: max_length, a missing pooler --------------------------------------------
+LONG = [("Charles Darwin and the Voyage of the Beagle " * 4, "On the Origin of Species, published in 1859, is a work of scientific literature. " * 4),
+        ("", "The armistice of 11 November 1918 ended fighting on land, sea and air in World War I. " * 4)]  # fmt: skip
+
+
+def test_max_length_on_import_is_honoured(dpr_pair, tokenizer, taser_release, tiny_pretrained, tmp_path):
+    """`max_length=` replaces DPR's 256 and a file's sequence_length, in the config and in what is
+    read: a passage longer than it gives DPR's vectors of its pair encoding truncated to it."""
+    question_dir, ctx_dir, _ = dpr_pair
+    out = convert_checkpoint("import_hf_dpr", question_dir, tmp_path / "hf", ctx_source=ctx_dir, max_length=24)
+    config = json.loads((out / "config.json").read_text())["taser"]
+    assert config["max_length"] == config["max_question_length"] == 24
+    assert dpr_inputs(tokenizer, "passage", LONG)[0].shape[1] > 24  # the passages are longer than that
+    torch.testing.assert_close(our_vectors(out, "passage", LONG), dpr_vectors(dpr_pair, tokenizer, "passage", LONG, max_length=24), **TOL)
+
+    params = {"do_lower_case": True, "pretrained_model_cfg": tiny_pretrained, "projection_dim": 0, "sequence_length": 48}
+    torch.save(dpr_cp_state(dpr_pair, params), tmp_path / "dpr.cp")
+    out = convert_checkpoint("import_dpr_cp", tmp_path / "dpr.cp", tmp_path / "cp", max_length=32)  # the file says 48
+    config = json.loads((out / "config.json").read_text())["taser"]
+    assert config["max_length"] == config["max_question_length"] == 32
+    torch.testing.assert_close(our_vectors(out, "passage", LONG), dpr_vectors(dpr_pair, tokenizer, "passage", LONG, max_length=32), **TOL)
+
+    directory, model_dict = taser_release
+    out = convert_checkpoint("import_taser", directory, tmp_path / "taser", max_length=40)  # the file says 64
+    config = json.loads((out / "config.json").read_text())["taser"]
+    assert config["max_length"] == config["max_question_length"] == 40
+    reference = reference_vectors(model_dict, *dpr_inputs(tokenizer, "passage", LONG, max_length=40), expert=1)
+    torch.testing.assert_close(our_vectors(out, "passage", LONG), reference, **TOL)
+
+
+def test_a_missing_pooler_is_imported_as_zeros(dpr_pair, tokenizer, taser_release, taser_base, tmp_path, caplog):
+    """BERT's pooler feeds no vector: a file without it (transformers' DPR never has one) imports
+    with the pooler set to zero, said in the log, and the vectors are the file's."""
+    caplog.set_level(logging.INFO, logger="taser.models.convert.target")
+    question_dir, ctx_dir, _ = dpr_pair
+    out = convert_checkpoint("import_hf_dpr", question_dir, tmp_path / "hf", ctx_source=ctx_dir)
+    saved = load_file(out / "model.safetensors")
+    poolers = sorted(n for n in saved if ".pooler." in n)
+    assert poolers == [f"{side}.pooler.dense.{kind}" for side in ("passage_encoder", "question_encoder") for kind in ("bias", "weight")]
+    assert all(not saved[n].any() for n in poolers)
+    assert "4 pooler tensors set to zero" in caplog.text
+    torch.testing.assert_close(our_vectors(out, "passage"), dpr_vectors(dpr_pair, tokenizer, "passage"), **TOL)
+
+    caplog.clear()
+    directory, model_dict = taser_release
+    bare = {k: v for k, v in model_dict.items() if ".pooler." not in k}
+    save_release(tmp_path / "bare", bare, TASER_RELEASE_PARAMS | {"pretrained_model_cfg": taser_base})
+    out = convert_checkpoint("import_taser", tmp_path / "bare", tmp_path / "taser")
+    saved = load_file(out / "model.safetensors")
+    assert [n for n in saved if ".pooler." in n] and all(not saved[n].any() for n in saved if ".pooler." in n)
+    assert "2 pooler tensors set to zero" in caplog.text
+    torch.testing.assert_close(our_vectors(out, "passage"), reference_vectors(model_dict, *dpr_inputs(tokenizer, "passage"), expert=1), **TOL)
+
+
 # -- TASER's release ------------------------------------------------------------------------
 LAYERS, MOE_BLOCKS, HEADS, WIDTH, FFN = 6, (2, 5), 4, 64, 128  # mod3 on 6 blocks: (i + 1) % 3 == 0
 
@@ -358,10 +439,26 @@ def reference_vectors(model_dict, input_ids, attention_mask, expert: int) -> tor
     return x[:, 0]
 
 
-TASER_SETTINGS = {  # TASER's encoder settings of its released model (worksheets/01-in-domain-evaluation)
+# What TASER's loader reads from `encoder_params`: six flat keys (DPR's `set_cfg_params_from_state`,
+# the version TASER runs; a missing one is a KeyError there). TASER's released file holds these.
+TASER_LOADER_KEYS = ("do_lower_case", "pretrained_model_cfg", "encoder_model_type", "pretrained_file", "projection_dim", "sequence_length")
+TASER_RELEASE_PARAMS = {"do_lower_case": True, "encoder_model_type": "hf_any", "pretrained_file": None, "projection_dim": 0, "sequence_length": 64}
+# The nested layout (a whole Hydra encoder config under "encoder"), as DPR's Hydra-era checkpoints
+# and this library's export before it wrote the flat layout hold it: still imported.
+TASER_SETTINGS = {
     "encoder_model_type": "hf_bert", "projection_dim": 0, "sequence_length": 64, "dropout": 0.1, "use_moe": True, "moe_type": "mod3:fwd",
     "num_expert": 2, "use_infer_expert": False, "per_layer_gating": False, "shared_encoder": True, "mean_pool": False, "factor_rep": False,
 }  # fmt: skip
+
+
+def taser_loader_reads(state: dict) -> dict:
+    """The encoder settings TASER's scripts take from a checkpoint, read as its DPR code reads them:
+    `CheckpointState(**state)` (exactly its six fields), then the six flat keys of `encoder_params`
+    (a KeyError, as there, when one is missing). Written from that code's description, here so the
+    export is checked against the other side's reader, not this library's."""
+    assert set(state) == {"model_dict", "optimizer_dict", "scheduler_dict", "offset", "epoch", "encoder_params"}  # CheckpointState(**state)
+    params = state["encoder_params"]
+    return {key: params[key] for key in TASER_LOADER_KEYS}
 
 
 @pytest.fixture(scope="module")
@@ -373,18 +470,21 @@ def taser_base(tmp_path_factory, tokenizer) -> str:
     return str(path)
 
 
-def save_release(directory, model_dict, encoder: dict) -> None:
+def save_release(directory, model_dict, encoder: dict, nested: bool = False) -> None:
+    """A TASER checkpoint file: `encoder_params` flat (the release), or nested under "encoder"."""
     directory.mkdir(parents=True, exist_ok=True)
-    state = {"model_dict": model_dict, "optimizer_dict": None, "scheduler_dict": None, "offset": 0, "epoch": 0,
-             "encoder_params": {"do_lower_case": True, "encoder": encoder}}  # fmt: skip
+    params = {"do_lower_case": True, "encoder": encoder} if nested else {"do_lower_case": True, **encoder}
+    state = {"model_dict": model_dict, "optimizer_dict": None, "scheduler_dict": None, "offset": 0, "epoch": 0, "encoder_params": params}
     torch.save(state, directory / "pytorch_model.bin")
 
 
 @pytest.fixture(scope="module")
 def taser_release(tmp_path_factory, tokenizer, taser_base):
+    """TASER's release: flat `encoder_params` with the six keys its loader reads."""
     directory = tmp_path_factory.mktemp("taser-release")
     model_dict = taser_model_dict(tokenizer.vocab_size)
-    save_release(directory, model_dict, TASER_SETTINGS | {"pretrained_model_cfg": taser_base})
+    save_release(directory, model_dict, TASER_RELEASE_PARAMS | {"pretrained_model_cfg": taser_base})
+    assert set(taser_loader_reads(torch.load(directory / "pytorch_model.bin", weights_only=True))) == set(TASER_LOADER_KEYS)
     return directory, model_dict
 
 
@@ -394,24 +494,54 @@ def test_taser_import_gives_the_reference_vectors(taser_release, tokenizer, tmp_
     config = json.loads((out / "config.json").read_text())["taser"]
     assert config["model_type"] == "taser" and config["taser"]["specialized_layers"] == list(MOE_BLOCKS)
     assert config["taser"]["routing"] == "deterministic" and config["taser"]["specialize"] == "ffn"
+    assert config["max_length"] == config["max_question_length"] == 64  # the file's sequence_length
     with torch.no_grad():
-        for side, texts, expert in (("question", QUESTIONS, 0), ("passage", passage_strings(tokenizer), 1)):
-            torch.testing.assert_close(our_vectors(out, side), reference_vectors(model_dict, *batch(tokenizer, texts), expert), **TOL)
+        for side, expert in (("question", 0), ("passage", 1)):
+            torch.testing.assert_close(our_vectors(out, side), reference_vectors(model_dict, *dpr_inputs(tokenizer, side), expert), **TOL)
         # the experts matter: the other expert gives other vectors
-        other = reference_vectors(model_dict, *batch(tokenizer, passage_strings(tokenizer)), 0)
+        other = reference_vectors(model_dict, *dpr_inputs(tokenizer, "passage"), 0)
         assert (other - our_vectors(out, "passage")).abs().max() > 1e-2
 
 
-def test_taser_round_trip_is_lossless(taser_release, taser_base, tmp_path):
+def test_taser_files_with_nested_encoder_params_still_import(taser_release, taser_base, tmp_path):
+    """The nested layout (this library's export before it wrote TASER's flat one) gives the same model."""
+    directory, model_dict = taser_release
+    save_release(tmp_path / "nested", model_dict, TASER_SETTINGS | {"pretrained_model_cfg": taser_base}, nested=True)
+    flat = convert_checkpoint("import_taser", directory, tmp_path / "flat")
+    nested = convert_checkpoint("import_taser", tmp_path / "nested", tmp_path / "from-nested")
+    same_state(load_file(flat / "model.safetensors"), load_file(nested / "model.safetensors"))
+    configs = [json.loads((c / "config.json").read_text())["taser"] for c in (flat, nested)]
+    for config in configs:
+        config.pop("pretrained")  # where it came from
+    assert configs[0] == configs[1]
+
+
+def test_taser_export_is_the_layout_tasers_loader_reads(taser_release, taser_base, tokenizer, tmp_path):
     directory, model_dict = taser_release
     first = convert_checkpoint("import_taser", directory / "pytorch_model.bin", tmp_path / "first")
-    exported = convert_checkpoint("export_taser", first, tmp_path / "release", base_model=taser_base)
+    exported = convert_checkpoint("export_taser", first, tmp_path / "release", base_model="bert-base-uncased")
     state = torch.load(exported / "pytorch_model.bin", weights_only=True)  # plain containers: no pickled objects
-    assert set(state) == {"model_dict", "optimizer_dict", "scheduler_dict", "offset", "epoch", "encoder_params"}  # DPR's CheckpointState
-    assert state["encoder_params"]["encoder"]["moe_type"] == "mod3:fwd" and state["encoder_params"]["do_lower_case"] is True
+    # key by key, what TASER's loader reads: flat, exactly these six, nothing nested
+    assert list(state["encoder_params"]) == list(TASER_LOADER_KEYS)
+    assert taser_loader_reads(state) == {
+        "do_lower_case": True,  # the tokenizer lower-cases
+        "pretrained_model_cfg": "bert-base-uncased",  # base_model: TASER builds the encoder and tokenizer from this name
+        "encoder_model_type": "hf_any",  # TASER's init_biencoder_components_v2 sends hf_any to its MoE builder (hf_bert: DPR's plain BERT)
+        "pretrained_file": None,
+        "projection_dim": 0,
+        "sequence_length": 64,
+    }
+    assert (state["optimizer_dict"], state["scheduler_dict"], state["offset"], state["epoch"]) == (None, None, 0, 0)
     same_state(state["model_dict"], {k: v for k, v in model_dict.items() if not k.endswith("position_ids")})  # TASER's tensors, by TASER's names
-    second = convert_checkpoint("import_taser", exported, tmp_path / "second")
+    assert "encoder.moe_type=mod3:fwd" in (exported / "README.md").read_text()
+    # the export imports back to the same tensors (the base model named in the file is not here: base_model= stands in)
+    second = convert_checkpoint("import_taser", exported, tmp_path / "second", base_model=taser_base)
     same_state(load_file(first / "model.safetensors"), load_file(second / "model.safetensors"))
+    # base_model is required: it is what TASER's code builds from
+    out = tmp_path / "no-base"
+    with pytest.raises(ValueError, match="export_taser needs base_model="):
+        convert_checkpoint("export_taser", first, out)
+    refused(export_taser_release, out, "export_taser needs base_model=", first, out)
 
 
 def test_taser_refusals(taser_release, taser_base, tokenizer, tmp_path, dpr_pair, tiny_pretrained):
@@ -419,8 +549,8 @@ def test_taser_refusals(taser_release, taser_base, tokenizer, tmp_path, dpr_pair
     out = tmp_path / "out"
     settings = TASER_SETTINGS | {"pretrained_model_cfg": taser_base}
 
-    def release(name, state=model_dict, encoder=settings):
-        save_release(tmp_path / name, state, encoder)
+    def release(name, state=model_dict, encoder=settings):  # nested: the settings only that layout records
+        save_release(tmp_path / name, state, encoder, nested=True)
         return tmp_path / name
 
     gates = {f"{side}_model.encoder.encoder.expert_gate.fwd_func.weight": torch.zeros(2, WIDTH) for side in ("question", "ctx")}  # learned routing
@@ -504,12 +634,12 @@ def test_export_refusals_and_outputs(tiny_pretrained, tokenizer, taser_release, 
     shared.save(tmp_path / "shared", tokenizer)
     out = tmp_path / "out"
     refused(convert_checkpoint, out, "holds a 'shared' model.*only a 'dpr' model", "export_hf_dpr", tmp_path / "shared", out)
-    refused(convert_checkpoint, out, "only a 'taser' model exports to TASER's layout", "export_taser", tmp_path / "shared", out)
+    refused(convert_checkpoint, out, "only a 'taser' model exports to TASER's layout", "export_taser", tmp_path / "shared", out, base_model="bert-base-uncased")
     taser = convert_checkpoint("import_taser", taser_release[0], tmp_path / "taser")
     refused(convert_checkpoint, out, "sentence-transformers cannot express that", "export_sentence_transformers", taser, out)
     learned, _ = load_model(tiny_model_cfg(tiny_pretrained, "taser", taser={"specialized_layers": [0], "routing": "learned_sequence"}))
     learned.save(tmp_path / "learned", tokenizer)
-    refused(export_taser_release, out, "cannot express routing=learned_sequence, specialised blocks \\[0\\]", tmp_path / "learned", out)
+    refused(export_taser_release, out, "cannot express routing=learned_sequence, specialised blocks \\[0\\]", tmp_path / "learned", out, "bert-base-uncased")
     # an existing output is refused, replaced only when asked
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -527,6 +657,7 @@ def test_export_refusals_and_outputs(tiny_pretrained, tokenizer, taser_release, 
         (["conversion=export_hf_dpr", "source=c", "output=o", "base_model=bert-base-uncased"], ["base_model applies to"]),
         (["conversion=export_sentence_transformers", "source=c", "output=o", "allow_pickle=true"], ["allow_pickle applies to imports"]),
         (["conversion=import_dpr_cp", "source=c", "output=o", "max_length=1"], ["max_length must be an integer >= 2"]),
+        (["conversion=export_taser", "source=c", "output=o"], ["export_taser needs base_model=", "pretrained_model_cfg"]),
         (["conversion=import_dpr", "source=c", "output=o"], ["conversion", "import_hf_dpr, import_dpr_cp, import_taser, export_hf_dpr"]),
         (["conversion=import_taser", "source=c", "output=o", "+base_modle=x"], ["base_modle", "ConvertJob"]),
     ],
@@ -559,7 +690,7 @@ def test_the_script_config_composes():
 
 
 @pytest.mark.slow
-def test_script_converts_and_encode_passages_reads_the_result(dpr_pair, tmp_path):
+def test_script_converts_and_encode_passages_reads_the_result(dpr_pair, tokenizer, tmp_path):
     question_dir, ctx_dir, _ = dpr_pair
     out = tmp_path / "dpr"
     run = lambda script, *args: subprocess.run(
@@ -573,6 +704,16 @@ def test_script_converts_and_encode_passages_reads_the_result(dpr_pair, tmp_path
     proc = run("encode_passages.py", f"checkpoint={out}", f"passages={passages}", f"out_dir={tmp_path / 'emb'}", "shard_id=0", "num_shards=1", "precision=fp32")
     assert proc.returncode == 0, proc.stderr[-3000:]
     chunks = sorted((tmp_path / "emb").rglob("chunk_*.npz"))
-    assert chunks and np.load(chunks[0])[np.load(chunks[0]).files[0]].shape[0] > 0
+    assert chunks
+    vectors, ids = [], []
+    for chunk in chunks:
+        with np.load(chunk) as data:
+            vectors.append(data["vectors"])
+            ids += data["ids"].tolist()
+    assert ids == [str(i) for i in range(len(PASSAGES))]
+    # the vectors are the imported model's own, and DPR's encoders' (so the script wrote what the model computes)
+    written = torch.from_numpy(np.concatenate(vectors))
+    torch.testing.assert_close(written, our_vectors(out, "passage"), **TOL)
+    torch.testing.assert_close(written, dpr_vectors(dpr_pair, tokenizer, "passage"), **TOL)
     proc = run("convert_checkpoint.py", "conversion=import_hf_dpr", f"source={question_dir}", f"ctx_source={ctx_dir}", f"output={out}")
     assert proc.returncode != 0 and "exists: choose another output" in proc.stderr

@@ -26,6 +26,9 @@ import numpy as np
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, check_header, row_to_passage
 from taser.io import atomic_path
+from taser.progress import progress
+
+PROGRESS_ROWS = 10_000  # rows between progress updates of the scan
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +104,17 @@ class PassageStore:
             offsets.clear()
             lengths.clear()
 
-        for offset, length, p in _scan(self.path):
-            keys.append(p.id.encode("utf-8"))
-            offsets.append(offset)
-            lengths.append(length)
-            if len(keys) >= _CHUNK:
-                flush()
+        size = self.path.stat().st_size
+        with progress(total=size, desc=f"index the passages of {self.path.name}", unit="B", unit_scale=True) as bar:
+            for n, (offset, length, p) in enumerate(_scan(self.path), 1):
+                keys.append(p.id.encode("utf-8"))
+                offsets.append(offset)
+                lengths.append(length)
+                if len(keys) >= _CHUNK:
+                    flush()
+                if n % PROGRESS_ROWS == 0:
+                    bar.update(offset + length - bar.n)
+            bar.update(size - bar.n)
         flush()
         width = max(a.dtype.itemsize for a in key_parts)
         raw = np.concatenate([a.astype(f"S{width}") for a in key_parts])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from taser.data.errors import DataFormatError
 from taser.io import atomic_open
+from taser.progress import progress
 
 HEADER = ["id", "text", "title"]
 
@@ -44,16 +45,30 @@ def row_to_passage(row: list[str], path, line: int) -> Passage:
     return Passage(pid, text, row[2] if len(row) > 2 else "")
 
 
-def read_passages(path: str | os.PathLike) -> Iterator[Passage]:
-    """Stream the passages of a DPR passages TSV, checking every row."""
+def read_passages(path: str | os.PathLike, progress: bool = False, desc: str = "read passages") -> Iterator[Passage]:
+    """Stream the passages of a DPR passages TSV, checking every row.
+
+    `progress`: a bar (with ETA) over the file's bytes, for a stage whose pace is the reading
+    (indexing a large corpus)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"passages file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as f:
+    size = os.path.getsize(path)
+    with open(path, encoding="utf-8", newline="") as f, bar_over(size, desc, progress) as bar:
         reader = csv.reader(f, delimiter="\t")
         check_header(next(reader, None), path)
-        for row in reader:
+        for n, row in enumerate(reader, 1):
             if row:
                 yield row_to_passage(row, path, reader.line_num)
+            if n % PROGRESS_ROWS == 0:
+                bar.update(f.buffer.tell() - bar.n)  # bytes consumed (ahead by at most the read buffer)
+        bar.update(size - bar.n)
+
+
+PROGRESS_ROWS = 10_000  # rows between progress updates
+
+
+def bar_over(size: int, desc: str, enabled: bool):
+    return progress(total=size, desc=desc, unit="B", unit_scale=True, enabled=enabled)
 
 
 def write_passages(path: str | os.PathLike, passages: Iterable[Passage]) -> int:

@@ -1,4 +1,8 @@
-"""Encode many questions or passages: batches sorted by length, padded to their longest."""
+"""Encode many questions or passages: batches sorted by length, padded to their longest.
+
+Questions and passages are tokenised as DPR and TASER do (`taser.models.inputs`): questions
+normalised, titled passages as (title, text) pairs truncated longest-first.
+"""
 
 from __future__ import annotations
 
@@ -8,65 +12,89 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from taser.models.inputs import passage_string
+from taser.models.inputs import pad_batch, passage_ids, question_ids
+from taser.progress import progress as progress_bar
 from taser.runtime import autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 
+SIDES = ("question", "passage")
+
 
 @torch.no_grad()
-def encode_texts(
+def encode_ids(
     model,
     tokenizer,
-    texts: Sequence[str],
+    ids: Sequence[Sequence[int]],
     side: str,
     batch_size: int = 64,
     precision: str = "auto",
     device: torch.device | None = None,
     progress: bool = False,
+    bar=None,
 ) -> np.ndarray:
-    """float32 vectors of `texts` in their order. Passages are given as `passage_string`s.
+    """float32 vectors of token-id rows in their order, encoded longest first in batches padded to
+    the longest member, so padding (and wasted compute) is minimal.
 
-    Texts are tokenised once, then encoded longest first in batches padded to the longest
-    member, so padding (and wasted compute) is minimal.
+    `progress`: a bar (with ETA) of its own; `bar`: a caller's bar to advance instead (a stage
+    that encodes in chunks shows one bar for all of them).
     """
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
     device = device or next(model.parameters()).device
     precision = resolve_precision(precision, device)
-    max_length = model.config.max_question_length if side == "question" else model.config.max_length
     was_training = model.training
     model.eval()
     start = time.perf_counter()
-    ids = tokenizer(list(texts), truncation=True, max_length=max_length, add_special_tokens=True)["input_ids"]
     order = np.argsort([-len(x) for x in ids], kind="stable")
-    out = np.zeros((len(texts), model.encoder_config.hidden_size), dtype=np.float32)
-    pad = tokenizer.pad_token_id
-    bar = tqdm(total=len(texts), desc=f"encode {side}s", unit=side[0], disable=not progress, mininterval=2)
-    for b in range(0, len(order), batch_size):
-        rows = order[b : b + batch_size]
-        longest = max(len(ids[i]) for i in rows)
-        input_ids = torch.full((len(rows), longest), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), longest), dtype=torch.long)
-        for j, i in enumerate(rows):
-            input_ids[j, : len(ids[i])] = torch.tensor(ids[i])
-            mask[j, : len(ids[i])] = 1
-        with autocast(precision, device):
-            vecs = model.encode(input_ids.to(device), mask.to(device), side)
-        out[rows] = vecs.float().cpu().numpy()
-        bar.update(len(rows))
-    bar.close()
-    model.train(was_training)
+    out = np.zeros((len(ids), model.encoder_config.hidden_size), dtype=np.float32)
+    own = bar is None
+    if own:
+        bar = progress_bar(total=len(ids), desc=f"encode {side}s", unit=side, enabled=progress)
+    try:
+        for b in range(0, len(order), batch_size):
+            rows = order[b : b + batch_size]
+            batch = pad_batch([ids[i] for i in rows], tokenizer.pad_token_id)
+            with autocast(precision, device):
+                vecs = model.encode(batch["input_ids"].to(device), batch["attention_mask"].to(device), side)
+            out[rows] = vecs.float().cpu().numpy()
+            bar.update(len(rows))
+    finally:
+        if own:
+            bar.close()
+        model.train(was_training)
     elapsed = time.perf_counter() - start
-    if len(texts):
-        log.info("encoded %d %ss in %.1fs (%.1f/s, %s)", len(texts), side, elapsed, len(texts) / max(elapsed, 1e-9), precision)
+    if len(ids):
+        log.info("encoded %d %ss in %.1fs (%.1f/s, %s)", len(ids), side, elapsed, len(ids) / max(elapsed, 1e-9), precision)
     return out
 
 
+def _max_length(model, side: str) -> int:
+    return model.config.max_question_length if side == "question" else model.config.max_length
+
+
+def encode_texts(model, tokenizer, texts: Sequence, side: str, **kwargs) -> np.ndarray:
+    """float32 vectors of `texts` in their order. Questions are strings; passages are
+    `(title, text)` pairs (or single strings, tokenised as they are, e.g. `passage_string`s)."""
+    max_length = _max_length(model, side)
+    texts = list(texts)
+    if side == "question":
+        ids = question_ids(tokenizer, texts, max_length)
+    elif texts and not isinstance(texts[0], str):
+        ids = passage_ids(tokenizer, [t for t, _ in texts], [x for _, x in texts], max_length)
+    else:
+        ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
+    return encode_ids(model, tokenizer, ids, side, **kwargs)
+
+
 def encode_passages(model, tokenizer, passages, **kwargs) -> np.ndarray:
-    strings = [passage_string(p.title, p.text, tokenizer.sep_token) for p in passages]
-    return encode_texts(model, tokenizer, strings, "passage", **kwargs)
+    """Vectors of `Passage`s (anything with `.title` and `.text`), as DPR and TASER tokenise them."""
+    passages = list(passages)
+    ids = passage_ids(tokenizer, [p.title for p in passages], [p.text for p in passages], model.config.max_length)
+    return encode_ids(model, tokenizer, ids, "passage", **kwargs)
 
 
 def encode_questions(model, tokenizer, questions: Sequence[str], **kwargs) -> np.ndarray:
+    """Vectors of questions, normalised as DPR does (’ -> ') before tokenising."""
     return encode_texts(model, tokenizer, questions, "question", **kwargs)

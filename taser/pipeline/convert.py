@@ -10,6 +10,7 @@ from pathlib import Path
 from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.convert.dpr_original import import_dpr_checkpoint
 from taser.models.convert.hf_dpr import export_hf_dpr, import_hf_dpr
+from taser.models.convert.output import conversion_progress
 from taser.models.convert.sentence_transformers_dir import export_sentence_transformers
 from taser.models.convert.taser_release import export_taser_release, import_taser_release
 
@@ -30,6 +31,18 @@ def convert_checkpoint(
     `load_checkpoint` (and so `encode_passages` and `evaluate`) reads; an export reads one.
     A setting the conversion does not use is refused (`check_arguments`)."""
     conversion = check_arguments(conversion, ctx_source, base_model, max_length, allow_pickle)
+    with conversion_progress(str(conversion), STEPS[conversion]):
+        _convert(conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite)
+    log.info("%s: %s -> %s", conversion, source, output)
+    return Path(output)
+
+
+# the steps each conversion reports (`taser.models.convert.output.step`): read (each source file), map, write
+STEPS = {Conversion.import_hf_dpr: 4, Conversion.import_dpr_cp: 3, Conversion.import_taser: 3,
+         Conversion.export_hf_dpr: 2, Conversion.export_sentence_transformers: 2, Conversion.export_taser: 2}  # fmt: skip
+
+
+def _convert(conversion: Conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite) -> None:
     if conversion == Conversion.import_hf_dpr:
         import_hf_dpr(source, ctx_source, output, max_length=max_length, overwrite=overwrite, allow_pickle=allow_pickle)
     elif conversion == Conversion.import_dpr_cp:
@@ -42,5 +55,3 @@ def convert_checkpoint(
         export_sentence_transformers(source, output, overwrite=overwrite)
     else:
         export_taser_release(source, output, base_model=base_model, overwrite=overwrite)
-    log.info("%s: %s -> %s", conversion, source, output)
-    return Path(output)

@@ -12,6 +12,7 @@ import numpy as np
 from taser.data.passage_store import PassageStore
 from taser.models.encoding import encode_passages
 from taser.models.loading import load_checkpoint
+from taser.progress import progress as progress_bar
 from taser.retrieval.embeddings import ShardWriter, checkpoint_identity, passages_identity, shard_range
 from taser.runtime import describe_hardware, precision_record
 
@@ -61,17 +62,23 @@ def encode_corpus(
             log.info("%s: %d of %d chunks already encoded; continuing", writer.dir, done, writer.num_chunks)
         model = tokenizer = runtime = None
         encoded = 0
-        for i in range(done, writer.num_chunks):
-            if model is None:
-                model, tokenizer = load_checkpoint(checkpoint, device)
-                runtime = precision_record(precision, next(model.parameters()).device)
-                log.info("encoding rows %d-%d in %s (precision=%s) on %s", start, end, runtime["precision"], precision,
-                         describe_hardware(next(model.parameters()).device))
-            passages = store.read_rows(*writer.chunk_rows(i))
-            vectors = encode_passages(model, tokenizer, passages, batch_size=batch_size, precision=runtime["precision"], progress=progress)
-            writer.write_chunk(i, vectors, [p.id for p in passages])
-            encoded += len(passages)
-            dim = vectors.shape[1]
+        first_row = writer.chunk_rows(done)[0] if done < writer.num_chunks else end
+        bar = progress_bar(total=end - start, initial=first_row - start, desc=f"encode passages (shard {shard_id} of {num_shards})",
+                           unit="passage", enabled=progress and done < writer.num_chunks)
+        try:
+            for i in range(done, writer.num_chunks):
+                if model is None:
+                    model, tokenizer = load_checkpoint(checkpoint, device)
+                    runtime = precision_record(precision, next(model.parameters()).device)
+                    log.info("encoding rows %d-%d in %s (precision=%s) on %s", start, end, runtime["precision"], precision,
+                             describe_hardware(next(model.parameters()).device))
+                passages = store.read_rows(*writer.chunk_rows(i))
+                vectors = encode_passages(model, tokenizer, passages, batch_size=batch_size, precision=runtime["precision"], bar=bar)
+                writer.write_chunk(i, vectors, [p.id for p in passages])
+                encoded += len(passages)
+                dim = vectors.shape[1]
+        finally:
+            bar.close()
         if done < writer.num_chunks or not writer.manifest.get("dim"):
             writer.finish(dim if encoded else _dim_of_chunk(writer))
     elapsed = time.perf_counter() - start_time

@@ -21,7 +21,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +29,8 @@ from taser.choice import Choice, settings_from
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, read_passages
 from taser.io import atomic_dir, atomic_open
+from taser.progress import on_terminal
+from taser.progress import progress as progress_bar
 from taser.retrieval.english import ANALYZER, english_terms
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ META_FILE = "bm25.json"
 FORMAT_VERSION = 1
 Hit = tuple[str, float]
 PathLike = str | os.PathLike
+SEARCH_BLOCK = 1000  # queries per batched search under a progress bar
 
 
 def default_threads() -> int:
@@ -90,6 +93,7 @@ class _LuceneBackend:
             "-index", str(out / _LuceneBackend.subdir), "-threads", str(threads),
         )
         log_path = out / "lucene-index.log"
+        log.info("BM25 (pyserini): Lucene indexes %d passages with %d threads (its log: %s)", n, threads, log_path)
         with open(log_path, "w", encoding="utf-8") as f:  # Anserini logs to stdout: keep it here
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
         for shard in docs.iterdir():
@@ -147,7 +151,7 @@ class _BM25SBackend:
         if not ids:
             return 0
         retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
-        retriever.index((corpus, vocab), show_progress=False)
+        retriever.index((corpus, vocab), show_progress=on_terminal())
         retriever.save(str(out / _BM25SBackend.subdir), show_progress=False)
         with open(out / _BM25SBackend.subdir / _BM25SBackend.ids_file, "w", encoding="utf-8") as f:
             json.dump(ids, f)
@@ -202,15 +206,6 @@ def _source_stamp(passages_tsv: PathLike) -> dict:
     return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _counted(passages: Iterator[Passage], every: int = 1_000_000) -> Iterator[Passage]:
-    """Pass passages through, logging progress on large corpora."""
-    start = time.perf_counter()
-    for n, p in enumerate(passages, 1):
-        if n % every == 0:
-            log.info("BM25: read %d passages (%.0f/s)", n, n / (time.perf_counter() - start))
-        yield p
-
-
 class BM25Index:
     """A BM25 index over a passages TSV, on disk; search with `search` / `batch_search`."""
 
@@ -241,7 +236,7 @@ class BM25Index:
         source = _source_stamp(passages_tsv)
         start = time.perf_counter()
         with atomic_dir(index_dir) as tmp:
-            n = _BACKEND_CLASSES[backend].build(_counted(read_passages(passages_tsv)), tmp, k1, b, threads)
+            n = _BACKEND_CLASSES[backend].build(read_passages(passages_tsv, progress=True, desc=f"BM25 ({backend}): read passages"), tmp, k1, b, threads)
             if n == 0:
                 raise DataFormatError(passages_tsv, "line 2", "no passages after the header")
             meta = {"format": FORMAT_VERSION, "backend": backend, "k1": k1, "b": b, "num_passages": n,
@@ -286,11 +281,23 @@ class BM25Index:
         return self._impl.search(query, k)
 
     def batch_search(self, queries: Sequence[str], k: int = 100,
-                     threads: int | None = None) -> list[list[Hit]]:
-        """`search` for many queries at once, in parallel; results in the order of `queries`."""
+                     threads: int | None = None, progress: bool = True) -> list[list[Hit]]:
+        """`search` for many queries at once, in parallel; results in the order of `queries`.
+
+        More than `SEARCH_BLOCK` queries are searched block by block under a progress bar (with
+        ETA) unless `progress` is false (a caller with its own bar)."""
         if not queries:
             return []
-        return self._impl.batch_search(list(queries), k, threads or default_threads())
+        queries, threads = list(queries), threads or default_threads()
+        if len(queries) <= SEARCH_BLOCK:
+            return self._impl.batch_search(queries, k, threads)
+        results: list[list[Hit]] = []
+        with progress_bar(total=len(queries), desc=f"BM25 ({self.backend}): search", unit="question", enabled=progress) as bar:
+            for start in range(0, len(queries), SEARCH_BLOCK):
+                block = queries[start : start + SEARCH_BLOCK]
+                results += self._impl.batch_search(block, k, threads)
+                bar.update(len(block))
+        return results
 
     def close(self) -> None:
         """Release the backend's resources (Lucene's index reader)."""

@@ -29,14 +29,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json
 from taser.data.config import Match
 from taser.data.passages import Passage
 from taser.data.qa import read_qa
 from taser.evaluation.answers import has_answer
 from taser.io import atomic_open
+from taser.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +46,14 @@ Searcher = Callable[[Sequence[str], int], list[list[Hit]]]
 
 def bm25_searcher(index, threads: int | None = None) -> Searcher:
     """Batched BM25 search with a `BM25Index`."""
-    return lambda questions, k: index.batch_search(list(questions), k, threads)
+    return lambda questions, k: index.batch_search(list(questions), k, threads, progress=False)
 
 
 def dense_searcher(model, tokenizer, index, batch_size: int = 128, precision: str = "auto") -> Searcher:
     """Batched dense search: encode questions with `model`, search a `PassageIndex`."""
     from taser.retrieval.dense import dense_retrieve
 
-    return lambda questions, k: dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision)
+    return lambda questions, k: dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision, progress=False)
 
 
 def _ctx(p: Passage, score: float) -> dict:
@@ -122,15 +121,20 @@ class MiningStats:
 def read_questions(path: str | os.PathLike) -> tuple[int | None, Iterator[dict]]:
     """(count, records) of a bi-encoder JSON (`.json`) or a QA TSV (anything else).
 
-    The count is None for a QA TSV: it is streamed in one pass, so its length is not known
-    up front (counting would mean reading and parsing it twice).
+    A QA TSV is streamed in one pass; its count is its number of non-empty lines (one raw read,
+    no parsing), which is the number of questions unless a quoted field spans lines: it only
+    sizes the progress bar.
     """
     if str(path).endswith(".json"):
         data = BiEncoderJsonFile(path, require_positive=False)
         return len(data), iter(data)
     records = ({"question": qa.question, "answers": qa.answers, "positive_ctxs": [], "negative_ctxs": [],
                 "hard_negative_ctxs": []} for qa in read_qa(path))
-    return None, records
+    if not Path(path).is_file():
+        return None, records  # read_qa says what is wrong
+    with open(path, "rb") as f:
+        lines = sum(1 for line in f if line.strip())
+    return lines, records
 
 
 def summary_path(output: str | os.PathLike) -> Path:
@@ -165,7 +169,7 @@ def mine_hard_negatives(
     start = time.perf_counter()
     total, records = read_questions(input_path)
     stats = MiningStats()
-    bar = tqdm(total=total, desc="mine negatives", unit="q", disable=not progress, mininterval=2)
+    bar = progress_bar(total=total, desc="mine negatives", unit="question", enabled=progress)
 
     def mined() -> Iterator[dict]:
         while block := list(itertools.islice(records, block_size)):

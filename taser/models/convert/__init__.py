@@ -9,7 +9,8 @@ In (to a checkpoint directory `load_checkpoint` reads):
   two experts, one shared encoder) -> a `taser` model.
 
 Out: `dpr` -> the Hugging Face DPR pair (`hf_dpr`); `shared` / `dpr` -> a sentence-transformers
-directory (`sentence_transformers_dir`); `taser` -> TASER's layout (`taser_release`).
+directory (`sentence_transformers_dir`); `taser` -> TASER's layout (`taser_release`), the flat
+`encoder_params` and `encoder_model_type: hf_any` that TASER's own scripts load.
 
 Every conversion maps tensors by name (`mapping.gather`): each tensor of the model is found, with
 its shape, and each tensor of the file is used, or the conversion stops naming the file and the

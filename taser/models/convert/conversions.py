@@ -21,6 +21,7 @@ class Conversion(Choice):
 
 NEEDS_CTX_SOURCE = {Conversion.import_hf_dpr}
 TAKES_BASE_MODEL = {Conversion.import_dpr_cp, Conversion.import_taser, Conversion.export_taser}
+NEEDS_BASE_MODEL = {Conversion.export_taser}  # written into the file as pretrained_model_cfg, which TASER's code builds from
 
 
 def check_arguments(conversion: Conversion | str, ctx_source=None, base_model=None, max_length=None, allow_pickle: bool = False) -> Conversion:
@@ -30,6 +31,11 @@ def check_arguments(conversion: Conversion | str, ctx_source=None, base_model=No
         raise ValueError(f"ctx_source (the DPRContextEncoder directory) is needed by import_hf_dpr, and only by it (conversion={conversion})")
     if base_model is not None and conversion not in TAKES_BASE_MODEL:
         raise ValueError(f"base_model applies to {', '.join(sorted(TAKES_BASE_MODEL))}, not to conversion={conversion} (its source brings its config)")
+    if not base_model and conversion in NEEDS_BASE_MODEL:
+        raise ValueError(
+            f"conversion={conversion} needs base_model=<hub name of the BERT model the checkpoint was trained from, e.g. bert-base-uncased>: "
+            "TASER's code builds the encoder and tokenizer from that name (encoder_params.pretrained_model_cfg)"
+        )
     for name, value in (("max_length", max_length), ("allow_pickle", allow_pickle or None)):
         if value is not None and not conversion.imports:
             raise ValueError(f"{name} applies to imports, not to conversion={conversion}")

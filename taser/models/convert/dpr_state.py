@@ -2,9 +2,15 @@
 `model_dict` (the bi-encoder's state dict), `encoder_params` (the encoder settings) and training
 state (`optimizer_dict`, `scheduler_dict`, `offset`, `epoch`) that a conversion leaves aside.
 
-`encoder_params` is either `{"do_lower_case", "encoder": {...}}` (DPR with Hydra, and TASER) or
-flat (DPR's first release: `pretrained_model_cfg`, `sequence_length`, `projection_dim`, ...). The
-encoder was built from `pretrained_model_cfg` (a hub name such as `bert-base-uncased`), which
+`encoder_params` comes in two layouts, both read:
+- flat: `do_lower_case`, `pretrained_model_cfg`, `encoder_model_type`, `pretrained_file`,
+  `projection_dim`, `sequence_length` (DPR's first release, and TASER's released checkpoint).
+  These six keys are what the DPR code TASER runs reads back (`set_cfg_params_from_state`);
+  TASER's other encoder settings come from its Hydra config, so `export_taser` writes this layout;
+- nested: `{"do_lower_case", "encoder": {...}}` with the whole Hydra encoder config (DPR's
+  Hydra-era training checkpoints, and the files this library's `export_taser` wrote before it
+  wrote the flat layout).
+The encoder was built from `pretrained_model_cfg` (a hub name such as `bert-base-uncased`), which
 gives the BERT config and tokenizer that the file itself does not hold.
 """
 
@@ -20,6 +26,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from taser.models.convert.mapping import ConversionError
+from taser.models.convert.output import step
 from taser.models.convert.target import bert_config
 from taser.models.convert.weights import local_path, read_torch_file
 from taser.models.pretrained import resolve_pretrained
@@ -69,6 +76,7 @@ def read_dpr_checkpoint(path: str | os.PathLike, allow_pickle: bool = False) -> 
     if not isinstance(model_dict, Mapping) or not all(isinstance(v, torch.Tensor) for v in model_dict.values()):
         raise ConversionError(f"{path}: its model_dict is not a mapping of names to tensors")
     encoder = _plain(params["encoder"]) if "encoder" in params else params
+    step(f"read {path.name}")
     return DprCheckpoint(path, dict(model_dict), encoder)
 
 

@@ -22,7 +22,7 @@ from transformers import AutoTokenizer, DPRConfig
 from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.models.config import BiEncoderConfig
 from taser.models.convert.mapping import ConversionError, gather
-from taser.models.convert.output import check_output, output_dir
+from taser.models.convert.output import QUESTION_RULE, check_output, output_dir, step, write_readme
 from taser.models.convert.target import (
     ARCHITECTURE_FIELDS,
     BERT_FIELDS,
@@ -109,6 +109,7 @@ def import_hf_dpr(
     state = {}
     for side, (_, prefix, _) in SIDES.items():
         source, file = read_model_dir(dirs[side], allow_pickle)
+        step(f"read {file}")
         names = {name: prefix + name[len(side) + 1 :] for name in shapes if name.startswith(side + ".")}
         state.update(gather(source, names, shapes, str(file), optional=is_pooler))
     fill(model, state)
@@ -121,6 +122,7 @@ def export_hf_dpr(checkpoint: str | os.PathLike, output: str | os.PathLike, over
     directories transformers' `DPRQuestionEncoder` and `DPRContextEncoder` load."""
     check_output(output, overwrite, (checkpoint,))
     model = BiEncoder.load(checkpoint)
+    step(f"read {checkpoint}")
     cfg = model.config
     if cfg.model_type != "dpr":
         raise ConversionError(
@@ -144,5 +146,13 @@ def export_hf_dpr(checkpoint: str | os.PathLike, output: str | os.PathLike, over
             state = {prefix + k: v.detach().contiguous() for k, v in getattr(model, side).state_dict().items() if not k.startswith("pooler.")}
             save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
             tokenizer.save_pretrained(str(directory))
+        write_readme(tmp, "A taser dpr checkpoint as transformers' DPR encoders", checkpoint, [
+            f"Questions (`question_encoder/`, `DPRQuestionEncoder`): {QUESTION_RULE}; at most {cfg.max_question_length} tokens.",
+            f"Passages (`ctx_encoder/`, `DPRContextEncoder`): `tokenizer(title, text, truncation='longest_first', max_length={cfg.max_length})` "
+            "(the text alone when there is no title), as DPR's `text_to_tensor` does, and token_type_ids all zero: DPR passes zeros, "
+            "while a pair's tokenizer output marks the text with ones.",
+            "Scores: dot product of the `pooler_output` vectors (the last layer's [CLS] states).",
+        ])  # fmt: skip
+    step(f"write {output}")
     log.info("wrote the Hugging Face DPR pair to %s/{question_encoder,ctx_encoder}", output)
     return Path(output)

@@ -12,9 +12,17 @@ library does not import sentence-transformers).
 Pooling, normalisation and similarity are the checkpoint's; each route reads at most the
 checkpoint's `max_question_length` (queries) or `max_length` (documents) tokens. A `shared` model
 has one Transformer and so one length, `max_length`: a question longer than `max_question_length`
-is read further than this library reads it. Passages are encoded as this library reads them, one
-string `title [SEP] text`. A `taser` model routes questions and passages to different experts
-inside one encoder, which sentence-transformers cannot express: it is refused.
+is read further than this library reads it.
+
+sentence-transformers encodes one string per text, so a passage is given as `title [SEP] text`
+(`taser.models.inputs.passage_string`; the text alone without a title) and a question after
+`normalize_question` (’ -> '), as the exported `README.md` says. The string's token ids are
+this library's (DPR's pair encoding, token types all zero) unless truncation applies: the
+string is cut at its end only, where the pair is cut longest-first, so passages whose title is
+longer than about half of `max_length - 3` tokens are read differently. (Passing
+sentence-transformers a (title, text) tuple instead would set token type 1 on the text, which
+neither this library nor DPR does.) A `taser` model routes questions and passages to different
+experts inside one encoder, which sentence-transformers cannot express: it is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from safetensors.torch import save_file
 
 from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.models.convert.mapping import ConversionError
-from taser.models.convert.output import check_output, output_dir
+from taser.models.convert.output import QUESTION_RULE, check_output, output_dir, step, write_readme
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +82,7 @@ def export_sentence_transformers(checkpoint: str | os.PathLike, output: str | os
     """Write a `shared` or `dpr` checkpoint as a sentence-transformers directory at `output`."""
     check_output(output, overwrite, (checkpoint,))
     model = BiEncoder.load(checkpoint)
+    step(f"read {checkpoint}")
     cfg = model.config
     if cfg.kind.specialised:
         raise ConversionError(
@@ -107,5 +116,16 @@ def export_sentence_transformers(checkpoint: str | os.PathLike, output: str | os
             modules.append(_module(len(modules), path, "Normalize"))
         _write_json(tmp / "modules.json", modules)
         _write_json(tmp / "config_sentence_transformers.json", {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": SIMILARITY[cfg.similarity]})
+        sep = tokenizer.sep_token
+        query, document = ("`encode_query`", "`encode_document`") if cfg.kind.two_encoders else ("`encode`", "`encode`")
+        write_readme(tmp, "A taser checkpoint as a sentence-transformers model", checkpoint, [
+            f"Questions ({query}): {QUESTION_RULE}.",
+            f"Passages ({document}): one string `title {sep} text` (the text alone when there is no title). "
+            f"Its tokens are DPR's pair encoding of (title, text), token types all zero, unless the string is longer than "
+            f"{cfg.max_length} tokens: it is then cut at its end, where the model was trained on pairs cut longest-first "
+            f"(a long title cut too). Do not pass (title, text) tuples: they set token type 1 on the text.",
+            f"Scores: {SIMILARITY[cfg.similarity]}.",
+        ])  # fmt: skip
+    step(f"write {output}")
     log.info("wrote a sentence-transformers directory to %s", output)
     return Path(output)

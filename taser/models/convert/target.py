@@ -17,7 +17,7 @@ from transformers import AutoModel, BertConfig
 from taser.models.biencoder import BiEncoder
 from taser.models.config import BiEncoderConfig
 from taser.models.convert.mapping import ConversionError
-from taser.models.convert.output import output_dir
+from taser.models.convert.output import output_dir, step
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def fill(model: BiEncoder, state: Mapping[str, torch.Tensor]) -> None:
             full[name] = torch.zeros_like(tensor)
             zeroed.append(name)
     model.load_state_dict(full, strict=True)
+    step("map the tensors")
     if zeroed:
         log.info("the source has no BERT pooler (unused by the vectors): %d pooler tensors set to zero", len(zeroed))
 
@@ -83,4 +84,5 @@ def check_tokenizer(tokenizer, encoder_config, where: str) -> None:
 def write_checkpoint(model: BiEncoder, tokenizer, output: str | os.PathLike, overwrite: bool = False) -> None:
     with output_dir(output, overwrite) as tmp:
         model.save_into(tmp, tokenizer)
+    step(f"write {output}")
     log.info("wrote a '%s' checkpoint to %s", model.config.model_type, output)

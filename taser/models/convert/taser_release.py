@@ -32,7 +32,7 @@ from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.models.config import BiEncoderConfig
 from taser.models.convert.dpr_state import RELEASE_FILE, DprCheckpoint, base_encoder, read_dpr_checkpoint
 from taser.models.convert.mapping import ConversionError, gather, listing
-from taser.models.convert.output import check_output, output_dir
+from taser.models.convert.output import check_output, output_dir, step, write_readme
 from taser.models.convert.target import check_tokenizer, fill, is_pooler, new_model, tensor_shapes, write_checkpoint
 from taser.models.taser_config import TaserConfig, layout
 
@@ -155,12 +155,43 @@ def _lowercases(tokenizer) -> bool:
     return tokenizer.tokenize("Retrieval") == tokenizer.tokenize("retrieval")
 
 
+# What TASER's loader reads from `encoder_params` (DPR's `set_cfg_params_from_state`, the version
+# TASER's third_party/DPR holds): these six keys, flat; the rest of its encoder settings come from
+# its Hydra config and command line (the MoE ones as in `TASER_OVERRIDES`).
+TASER_ENCODER_PARAMS = ("do_lower_case", "pretrained_model_cfg", "encoder_model_type", "pretrained_file", "projection_dim", "sequence_length")
+# The `encoder_model_type` TASER's `init_biencoder_components_v2` dispatches to its own
+# `get_any_biencoder_components` (which builds the MoE encoder); DPR's `hf_bert` builds a plain BERT.
+TASER_ENCODER_TYPE = "hf_any"
+CHECKPOINT_STATE = ("model_dict", "optimizer_dict", "scheduler_dict", "offset", "epoch", "encoder_params")  # DPR's CheckpointState
+# TASER's own names for the base models its MoE encoder builds from (`cfg_name.split("-")[0]`).
+TASER_BASE_PREFIXES = ("bert", "Luyu/co", "facebook/contriever")
+
+
+def taser_overrides(moe_type: str) -> str:
+    """The command-line settings TASER's scripts need for the exported file (its release's worksheet passes the same)."""
+    return (f"encoder.use_moe=True encoder.moe_type={moe_type} encoder.num_expert=2 encoder.shared_encoder=True "
+            "encoder.use_infer_expert=False encoder.per_layer_gating=False encoder.mean_pool=False encoder.factor_rep=False")  # fmt: skip
+
+
 def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLike, base_model: str | None = None, overwrite: bool = False) -> Path:
-    """Write a `taser` checkpoint as `output/pytorch_model.bin` in TASER's layout (microsoft/taser's
-    `model_file=`). `base_model`: the hub name of the BERT model it was trained from, recorded as
-    `pretrained_model_cfg` (TASER's code builds the encoder and tokenizer from it)."""
+    """Write a `taser` checkpoint as `output/pytorch_model.bin` in the layout TASER's own scripts load
+    (microsoft/taser's `generate_dense_embeddings_v2` and `evaluate_dense_retriever`, `model_file=`).
+
+    The file is DPR's `CheckpointState` dict whose `encoder_params` holds the six flat keys TASER's
+    loader reads (`TASER_ENCODER_PARAMS`), `encoder_model_type` `hf_any` (TASER's MoE builder).
+    `base_model` (required): the hub name of the BERT model the checkpoint was trained from, written
+    as `pretrained_model_cfg`, from which TASER's code builds the encoder and its tokenizer; TASER
+    resolves only names such as `bert-base-uncased` (`TASER_BASE_PREFIXES`). The weights are
+    TASER's tensor names, under `question_model.encoder.` and again under `ctx_model.encoder.`.
+    """
+    if not base_model:
+        raise ConversionError(
+            "export_taser needs base_model=<hub name of the BERT model the checkpoint was trained from, e.g. bert-base-uncased>: "
+            "TASER's code builds the encoder and tokenizer from it (encoder_params.pretrained_model_cfg)"
+        )
     check_output(output, overwrite, (checkpoint,))
     model = BiEncoder.load(checkpoint)
+    step(f"read {checkpoint}")
     cfg = model.config
     if cfg.model_type != "taser":
         raise ConversionError(f"{checkpoint} holds a '{cfg.model_type}' model; only a 'taser' model exports to TASER's layout")
@@ -175,18 +206,28 @@ def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLik
         wrong.append(f"specialised blocks {blocks} (TASER's moe_type mod<k> specialises every k-th block, k in {MOE_PERIODS})")
     if wrong:
         raise ConversionError(f"{checkpoint}: TASER's layout cannot express {', '.join(wrong)}")
+    if not str(base_model).startswith(tuple(p + "-" for p in TASER_BASE_PREFIXES)):
+        log.warning("base_model=%s: TASER's code resolves only model names starting with %s (e.g. bert-base-uncased); "
+                    "it will not build an encoder from this one", base_model, ", ".join(p + "-" for p in TASER_BASE_PREFIXES))  # fmt: skip
     question = {their_name(n): t.detach().contiguous() for n, t in model.state_dict().items()}
     model_dict = {**question, **{CONTEXT + n[len(QUESTION) :]: t for n, t in question.items()}}
-    encoder = {
-        "encoder_model_type": "hf_bert", "sequence_length": cfg.max_length, "projection_dim": 0, "dropout": model.encoder_config.hidden_dropout_prob,
-        "use_moe": True, "moe_type": f"mod{periods[0]}:fwd", "num_expert": 2, "use_infer_expert": False, "per_layer_gating": False,
-        "shared_encoder": True, "mean_pool": False, "factor_rep": False,
+    params = {
+        "do_lower_case": _lowercases(load_tokenizer(checkpoint)), "pretrained_model_cfg": str(base_model),
+        "encoder_model_type": TASER_ENCODER_TYPE, "pretrained_file": None, "projection_dim": 0, "sequence_length": cfg.max_length,
     }  # fmt: skip
-    if base_model:
-        encoder["pretrained_model_cfg"] = base_model
-    params = {"do_lower_case": _lowercases(load_tokenizer(checkpoint)), "encoder": encoder}
     state = {"model_dict": model_dict, "optimizer_dict": None, "scheduler_dict": None, "offset": 0, "epoch": 0, "encoder_params": params}
+    moe_type = f"mod{periods[0]}:fwd"
     with output_dir(output, overwrite) as tmp:
         torch.save(state, tmp / RELEASE_FILE)
-    log.info("wrote TASER's layout to %s/%s", output, RELEASE_FILE)
+        write_readme(tmp, "A taser checkpoint in TASER's layout", checkpoint, [
+            f"Load `{RELEASE_FILE}` with microsoft/taser's `python -m taser.generate_dense_embeddings_v2` or "
+            f"`python -m taser.evaluate_dense_retriever`: `model_file=<path to {RELEASE_FILE}> {taser_overrides(moe_type)}`.",
+            "TASER's code prepares the inputs itself, as this library does: questions with \u2019 replaced by ', "
+            f"passages as (title, text) pairs truncated longest-first to sequence_length={cfg.max_length}, token types zero.",
+        ])  # fmt: skip
+    step(f"write {output}")
+    if cfg.max_question_length != cfg.max_length:
+        log.info("TASER's scripts read questions and passages up to sequence_length=%d tokens (this checkpoint reads questions up to %d)",
+                 cfg.max_length, cfg.max_question_length)  # fmt: skip
+    log.info("wrote TASER's layout to %s/%s; TASER's scripts load it with model_file=<that file> %s", output, RELEASE_FILE, taser_overrides(moe_type))
     return Path(output)
