@@ -1,7 +1,9 @@
-"""Two CPU processes (gloo) must compute what one process computes on the whole batch."""
+"""Two CPU processes (gloo) must compute what one process computes on the whole batch, and a killed
+2-process run must resume where it stopped. The processes meet through a file in the test's
+tmp_path (`TASER_DIST_INIT=file://...`): no port to pick and lose to another program."""
 
+import json
 import os
-import socket
 
 import pytest
 import torch
@@ -29,6 +31,7 @@ def taser_model_cfg(pretrained):
 # how the batch is split, and these tests compare 2 ranks with 1 process to float32 tolerance
 TRAIN = dict(
     precision="fp32",
+    device="cpu",
     adam_eps=1e-3,
     hard_negatives=1,
     other_negatives=0,
@@ -43,10 +46,12 @@ TRAIN = dict(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _join(rank, world, init_file):
+    """This process as rank `rank` of `world`, meeting the others through `init_file`."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TASER_DIST_INIT=f"file://{init_file}")
+    from taser.training.distributed import init_distributed
+
+    return init_distributed("gloo")
 
 
 def _examples(data_dir, n):
@@ -67,12 +72,10 @@ def _step_grads(pretrained, tokenizer, examples, in_batch, grad_cache, offset, g
     return all_reduce_sum(stats.loss_sum) / global_q, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _worker(rank, world, port, pretrained, data_dir, out_dir):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker(rank, world, init_file, pretrained, data_dir, out_dir):
     from taser.models.biencoder import load_tokenizer
-    from taser.training.distributed import init_distributed
 
-    init_distributed("gloo")
+    _join(rank, world, init_file)
     tokenizer = load_tokenizer(pretrained)
     examples = _examples(data_dir, 8)[rank * 4 : (rank + 1) * 4]
     results = {}
@@ -88,7 +91,8 @@ def _worker(rank, world, port, pretrained, data_dir, out_dir):
 
 
 def test_two_processes_match_one(tmp_path, tiny_pretrained, tokenizer, mini_squad):
-    mp.spawn(_worker, args=(2, _free_port(), tiny_pretrained, mini_squad, tmp_path), nprocs=2, join=True)
+    """Would catch gradients averaged instead of summed over ranks, or passages not gathered across ranks."""
+    mp.spawn(_worker, args=(2, tmp_path / "dist-init", tiny_pretrained, mini_squad, tmp_path), nprocs=2, join=True)
     ddp = torch.load(tmp_path / "ddp_grads.pt")
     examples = _examples(mini_squad, 8)
     for (in_batch, chunk), (loss, grads) in ddp.items():
@@ -107,3 +111,84 @@ def test_two_processes_match_one(tmp_path, tiny_pretrained, tokenizer, mini_squa
         assert a.keys() == b.keys()
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=f"{ddp_run}: {k}")
+
+
+# dropout on (the tiny BERT's 0.1) and each rank seeded apart: a resume must restore every rank's
+# own random state, not rank 0's on both
+RESUME = {**TRAIN, "batch_size": 2, "max_steps": 4, "save_every": 2}
+
+
+def _resume_worker(rank, world, init_file, pretrained, data_dir, out_dir):
+    _join(rank, world, init_file)
+    model_cfg, train = tiny_model_cfg(pretrained, "shared"), [str(data_dir / "train.json")]
+    straight = run_training(model_cfg, train, RESUME, out_dir / "straight")
+
+    def crash(step, record):
+        if step == 3:  # after the checkpoint of step 2, on every rank
+            raise KeyboardInterrupt
+
+    try:
+        run_training(model_cfg, train, RESUME, out_dir / "killed", on_step=crash)
+        raise AssertionError("the run was not stopped")
+    except KeyboardInterrupt:
+        pass
+    steps = []
+    resumed = run_training(model_cfg, train, {**RESUME, "resume": True}, out_dir / "killed", on_step=lambda step, record: steps.append(step))
+    # a 1-process checkpoint resumed by 2 processes
+    try:
+        run_training(model_cfg, train, {**RESUME, "resume": True}, out_dir / "one-process")
+        refusal = None
+    except ValueError as e:
+        refusal = str(e)
+    histories = {"straight": straight.history, "resumed": resumed.history, "steps": steps, "refusal": refusal}
+    (out_dir / f"histories-{rank}.json").write_text(json.dumps(histories))
+    torch.distributed.destroy_process_group()
+
+
+def test_two_process_run_resumes_where_it_stopped(tmp_path, tiny_pretrained, mini_squad):
+    """Would catch a DDP resume that starts over, restores one rank's random state on every rank,
+    or accepts a checkpoint of another number of processes."""
+    model_cfg, train = tiny_model_cfg(tiny_pretrained, "shared"), [str(mini_squad / "train.json")]
+    run_training(model_cfg, train, {**RESUME, "max_steps": 1}, tmp_path / "one-process")
+    mp.spawn(_resume_worker, args=(2, tmp_path / "dist-init", tiny_pretrained, mini_squad, tmp_path), nprocs=2, join=True)
+    for rank in range(2):
+        h = json.loads((tmp_path / f"histories-{rank}.json").read_text())
+        assert h["steps"] == [3, 4], rank  # resumed after step 2, did not redo steps 1-2
+        assert [r["step"] for r in h["resumed"]] == [3, 4]
+        for mine, theirs in zip(h["resumed"], h["straight"][2:]):
+            assert mine["loss"] == theirs["loss"] and mine["grad_norm"] == theirs["grad_norm"] and mine["lr"] == theirs["lr"], (rank, mine["step"])
+        assert h["refusal"] is not None and "saved by 1 processes and this run has 2; resume with the same number" in h["refusal"], h["refusal"]
+    log = [json.loads(line) for line in (tmp_path / "killed" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4]
+    a, b = load_file(str(tmp_path / "straight" / "final" / "model.safetensors")), load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    # a 2-process checkpoint resumed by 1 process is refused, and says why
+    with pytest.raises(ValueError, match=r"saved by 2 processes and this run has 1; resume with the same number \(2\)"):
+        run_training(model_cfg, train, {**RESUME, "resume": True}, tmp_path / "killed")
+
+
+def test_init_method_from_the_environment_or_torchrun(monkeypatch):
+    """Would catch TASER_DIST_INIT ignored (tests back on a racy port), or torchrun's env:// rendezvous replaced."""
+    import taser.training.distributed as distributed
+
+    calls = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(distributed.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("TASER_DIST_INIT", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert distributed.init_distributed("gloo") == distributed.DistInfo(1, 2, 0)
+    monkeypatch.setenv("TASER_DIST_INIT", "file:///tmp/somewhere")
+    distributed.init_distributed("gloo")
+    distributed.init_distributed("gloo", init_method="file:///tmp/elsewhere")
+    assert calls == [
+        (("gloo",), {}),  # torchrun: MASTER_ADDR/MASTER_PORT from the environment
+        (("gloo",), {"init_method": "file:///tmp/somewhere", "rank": 1, "world_size": 2}),
+        (("gloo",), {"init_method": "file:///tmp/elsewhere", "rank": 1, "world_size": 2}),
+    ]

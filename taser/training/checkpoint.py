@@ -62,13 +62,15 @@ def save_checkpoint(directory, model, tokenizer, optimizer, scheduler, scaler, s
 
 def load_training_state(directory, optimizer, scheduler, scaler, rank: int) -> dict:
     state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
+    rngs = state["rng"]  # one per rank: checked before anything is loaded
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if len(rngs) != world:
+        raise ValueError(f"{directory} was saved by {len(rngs)} processes and this run has {world}; resume with the same number "
+                         f"({len(rngs)}): each process restores its own random state")
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
-    rngs = state["rng"]
-    if len(rngs) != (dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1):
-        raise ValueError(f"{directory} was saved by {len(rngs)} processes; resume with the same number")
     set_rng_state(rngs[rank])
     return state
 

@@ -28,14 +28,26 @@ class DistInfo:
         return self.rank == 0
 
 
-def init_distributed(backend: str | None = None) -> DistInfo:
-    """Join the process group that `torchrun` describes in the environment (if any)."""
+INIT_METHOD_ENV = "TASER_DIST_INIT"
+
+
+def init_distributed(backend: str | None = None, init_method: str | None = None) -> DistInfo:
+    """Join the process group that `torchrun` describes in the environment (if any).
+
+    The processes meet where `torchrun` says (MASTER_ADDR/MASTER_PORT), unless `init_method` or
+    the environment variable TASER_DIST_INIT names another rendezvous, e.g. `file:///shared/file`
+    (a file no other group uses); RANK and WORLD_SIZE come from the environment either way.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        dist.init_process_group(backend)
+        init_method = init_method or os.environ.get(INIT_METHOD_ENV) or None
+        if init_method is None:
+            dist.init_process_group(backend)  # env://, as torchrun sets it up
+        else:
+            dist.init_process_group(backend, init_method=init_method, rank=int(os.environ["RANK"]), world_size=world)
     info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     if torch.cuda.is_available():
         torch.cuda.set_device(info.local_rank)

@@ -213,11 +213,12 @@ class Trainer:
             loop.scaler.update()
         else:
             loop.optimizer.step()
+        lr = loop.scheduler.get_last_lr()[0]  # the rate this step applied (after `step()` it is the next step's)
         loop.scheduler.step()
         loop.optimizer.zero_grad(set_to_none=True)
         n_q = global_q * cfg.grad_accumulation
         record = {"step": step + 1, "loss": all_reduce_sum(loss_sum) / n_q, "acc": all_reduce_sum(correct) / n_q,
-                  "lr": loop.scheduler.get_last_lr()[0], "grad_norm": grad_norm, "precision": loop.precision,
+                  "lr": lr, "grad_norm": grad_norm, "precision": loop.precision,
                   **{f"aux_{k}": v for k, v in aux.items()}}
         if not math.isfinite(record["loss"]):
             raise FloatingPointError(f"loss is {record['loss']} at step {step + 1}; lower train.learning_rate or check the data")
