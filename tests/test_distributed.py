@@ -69,7 +69,7 @@ def _step_grads(pretrained, tokenizer, examples, in_batch, grad_cache, offset, g
         data_parallel(model, find_unused_parameters=True), LossConfig("dot", 1.0, in_batch), "fp32", torch.device("cpu"), grad_cache, world_size=world
     )
     stats = runner.run(batch, global_q, offset)
-    return all_reduce_sum(stats.loss_sum) / global_q, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return float(all_reduce_sum(stats.loss_sum)) / global_q, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _worker(rank, world, init_file, pretrained, data_dir, out_dir):

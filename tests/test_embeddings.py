@@ -79,17 +79,21 @@ KILLED_CHILD = """
 import sys, time
 from pathlib import Path
 import taser.pipeline.encode as encode
-real = encode.encode_passages
+real = encode.encode_ids
 calls = 0
-def held(*args, **kwargs):  # once chunks 0-2 are written, say so and wait to be killed
+def held(*args, **kwargs):  # once chunks 0-2 are written (a thread writes them), say so and wait to be killed
     global calls
     calls += 1
     if calls == 4:
+        chunk_2 = Path(sys.argv[3]) / "shard_000_of_001" / "chunk_000002.npz"
+        deadline = time.time() + 60
+        while not chunk_2.exists() and time.time() < deadline:
+            time.sleep(0.01)
         Path(sys.argv[4]).touch()
         time.sleep(600)
         sys.exit("not killed")
     return real(*args, **kwargs)
-encode.encode_passages = held
+encode.encode_ids = held
 encode.encode_corpus(sys.argv[1], sys.argv[2], sys.argv[3], 0, 1, chunk_size=8, progress=False, precision="fp32", device="cpu")
 """
 

@@ -94,7 +94,7 @@ def test_grad_cache_gives_the_plain_gradients(tiny_pretrained, tokenizer, mini_s
     model.zero_grad(set_to_none=True)
     cached = StepRunner(model, loss_cfg, "fp32", torch.device("cpu"), grad_cache_chunk=4).run(batch, batch.size)
     g_cached = _grads(model)
-    assert cached.loss_sum == pytest.approx(plain.loss_sum, rel=1e-5)
+    assert float(cached.loss_sum) == pytest.approx(float(plain.loss_sum), rel=1e-5)
     assert g_plain.keys() == g_cached.keys() and len(g_plain) > 10
     for k in g_plain:
         torch.testing.assert_close(g_cached[k], g_plain[k], rtol=1e-4, atol=1e-5, msg=k)
@@ -132,7 +132,7 @@ def test_dynamic_padding_gives_fixed_padding_vectors(tiny_pretrained, tokenizer)
     model.eval()
     texts = ["a short one", "a much longer question about the history of the university of chicago"]
     fixed = tokenizer(texts, padding="max_length", max_length=64, return_tensors="pt")
-    trimmed = trim_padding(dict(fixed))
+    trimmed = trim_padding(dict(fixed), fixed["attention_mask"].sum(1).tolist())
     longest = tokenizer(texts, padding="longest", return_tensors="pt")
     assert torch.equal(trimmed["input_ids"], longest["input_ids"]) and torch.equal(trimmed["attention_mask"], longest["attention_mask"])
     assert trimmed["input_ids"].shape[1] < 64 and bool(trimmed["attention_mask"][0, -1] == 0)  # trimmed, padding still in row 0

@@ -154,5 +154,14 @@ def _padded_attention(module, query, key, value, attention_mask, dropout: float,
     return out.transpose(1, 2).contiguous(), None
 
 
+def taser_sdpa_mask(*args, **kwargs):
+    """transformers' SDPA mask without its check for a batch with no padding: that check reads
+    the mask back to the host (`.all()`), a sync per encoder call on a GPU. A mask of all ones
+    costs the kernel little; the check would cost the queue of work."""
+    if kwargs.get("attention_mask") is not None:
+        kwargs["allow_is_bidirectional_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
 AttentionInterface.register(TASER_SDPA, taser_sdpa_forward)
-AttentionMaskInterface.register(TASER_SDPA, sdpa_mask)
+AttentionMaskInterface.register(TASER_SDPA, taser_sdpa_mask)

@@ -87,6 +87,10 @@ class BiEncoder(nn.Module):
             from taser.models.taser_encoder import specialize_encoder
 
             specialize_encoder(self.question_encoder, config.taser)
+        for encoder in (self.question_encoder, self.passage_encoder):
+            pooler = getattr(encoder, "pooler", None)
+            if pooler is not None:  # kept for the checkpoint layouts, but no vector uses it: not trained
+                pooler.requires_grad_(False)
 
     # -- construction ------------------------------------------------------------------
     @classmethod

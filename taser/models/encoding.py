@@ -7,6 +7,7 @@ normalised, titled passages as (title, text) pairs truncated longest-first.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 
@@ -22,20 +23,41 @@ log = logging.getLogger(__name__)
 SIDES = ("question", "passage")
 
 
+CPU_BATCH = 64
+
+
+def auto_batch_size(model, device: torch.device, max_length: int) -> int:
+    """A batch that fits the device: 64 on a CPU (larger batches measured no faster there); on a
+    GPU, a power of two between 16 and 1024 whose inference activations (one layer's hidden,
+    intermediate and attention-score tensors, live at once) take at most half the free memory."""
+    if device.type != "cuda":
+        return CPU_BATCH
+    cfg = model.encoder_config
+    free, _ = torch.cuda.mem_get_info(device)
+    per_sequence = 4 * max_length * (8 * cfg.hidden_size + cfg.intermediate_size + 2 * cfg.num_attention_heads * max_length)
+    fits = max(1, int(0.5 * free // max(per_sequence, 1)))
+    return int(min(1024, max(16, 2 ** int(math.log2(fits)))))
+
+
 @torch.no_grad()
 def encode_ids(
     model,
     tokenizer,
     ids: Sequence[Sequence[int]],
     side: str,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     precision: str = "auto",
     device: torch.device | None = None,
     progress: bool = False,
     bar=None,
 ) -> np.ndarray:
     """float32 vectors of token-id rows in their order, encoded longest first in batches padded to
-    the longest member, so padding (and wasted compute) is minimal.
+    the longest member, so padding (and wasted compute) is minimal. `batch_size=None`: one that
+    fits the device (`auto_batch_size`).
+
+    The vectors stay on the device until the last batch, and inputs go to a GPU from pinned
+    memory without waiting, so the host builds the next batch while the device computes the
+    current one (one sync per call, not one per batch).
 
     `progress`: a bar (with ETA) of its own; `bar`: a caller's bar to advance instead (a stage
     that encodes in chunks shows one bar for all of them).
@@ -44,11 +66,14 @@ def encode_ids(
         raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
     device = device or next(model.parameters()).device
     precision = resolve_precision(precision, device)
+    longest = max((len(x) for x in ids), default=0)
+    batch_size = batch_size or auto_batch_size(model, device, max(longest, 1))
+    pinned = device.type == "cuda"
     was_training = model.training
     model.eval()
     start = time.perf_counter()
     order = np.argsort([-len(x) for x in ids], kind="stable")
-    out = np.zeros((len(ids), model.encoder_config.hidden_size), dtype=np.float32)
+    out = torch.zeros((len(ids), model.encoder_config.hidden_size), dtype=torch.float32, device=device)
     own = bar is None
     if own:
         bar = progress_bar(total=len(ids), desc=f"encode {side}s", unit=side, enabled=progress)
@@ -56,18 +81,22 @@ def encode_ids(
         for b in range(0, len(order), batch_size):
             rows = order[b : b + batch_size]
             batch = pad_batch([ids[i] for i in rows], tokenizer.pad_token_id)
+            if pinned:
+                batch = {k: v.pin_memory() for k, v in batch.items()}
+            inputs = {k: v.to(device, non_blocking=pinned) for k, v in batch.items()}
             with autocast(precision, device):
-                vecs = model.encode(batch["input_ids"].to(device), batch["attention_mask"].to(device), side)
-            out[rows] = vecs.float().cpu().numpy()
+                vecs = model.encode(inputs["input_ids"], inputs["attention_mask"], side)
+            out.index_copy_(0, torch.from_numpy(rows).to(device, non_blocking=pinned), vecs.float())
             bar.update(len(rows))
+        vectors = out.cpu().numpy()
     finally:
         if own:
             bar.close()
         model.train(was_training)
     elapsed = time.perf_counter() - start
     if len(ids):
-        log.info("encoded %d %ss in %.1fs (%.1f/s, %s)", len(ids), side, elapsed, len(ids) / max(elapsed, 1e-9), precision)
-    return out
+        log.info("encoded %d %ss in %.1fs (%.1f/s, %s, batch %d)", len(ids), side, elapsed, len(ids) / max(elapsed, 1e-9), precision, batch_size)
+    return vectors
 
 
 def _max_length(model, side: str) -> int:

@@ -89,11 +89,12 @@ class AuxLoss:
     """Routing losses of one forward pass (or several, averaged).
 
     `total` is the weighted sum that goes into the training objective (differentiable where
-    the pass ran with autograd); `parts` holds the unweighted values (`load_balance`, `entropy`).
+    the pass ran with autograd); `parts` holds the unweighted values (`load_balance`, `entropy`)
+    as detached 0-dim tensors on the device, read only when logged (no host sync per pass).
     """
 
     total: torch.Tensor
-    parts: dict[str, float]
+    parts: dict[str, torch.Tensor]
 
 
 @dataclass
@@ -146,4 +147,4 @@ def aux_loss(records: list[RouterRecord], load_balance_weight: float, entropy_we
     load_balance = torch.stack([load_balance_loss(r.logits, r.choice) for r in records]).mean()
     entropy = torch.stack([router_entropy(r.logits) for r in records]).mean()
     total = load_balance_weight * load_balance + entropy_weight * entropy
-    return AuxLoss(total, {"load_balance": float(load_balance.detach()), "entropy": float(entropy.detach())})
+    return AuxLoss(total, {"load_balance": load_balance.detach(), "entropy": entropy.detach()})

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from taser.data.passage_store import PassageStore
-from taser.models.encoding import encode_passages
+from taser.models.encoding import encode_ids
+from taser.models.inputs import passage_ids
 from taser.models.loading import load_checkpoint
 from taser.progress import progress as progress_bar
 from taser.retrieval.embeddings import ShardWriter, checkpoint_identity, passages_identity, shard_range
@@ -31,7 +33,7 @@ def encode_corpus(
     out_dir: str | os.PathLike,
     shard_id: int | None = None,
     num_shards: int | None = None,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     precision: str = "auto",
     chunk_size: int = 10_000,
     device: str = "auto",
@@ -60,23 +62,18 @@ def encode_corpus(
         done = writer.done()
         if done:
             log.info("%s: %d of %d chunks already encoded; continuing", writer.dir, done, writer.num_chunks)
-        model = tokenizer = runtime = None
+        runtime = None
         encoded = 0
         first_row = writer.chunk_rows(done)[0] if done < writer.num_chunks else end
         bar = progress_bar(total=end - start, initial=first_row - start, desc=f"encode passages (shard {shard_id} of {num_shards})",
                            unit="passage", enabled=progress and done < writer.num_chunks)
         try:
-            for i in range(done, writer.num_chunks):
-                if model is None:
-                    model, tokenizer = load_checkpoint(checkpoint, device)
-                    runtime = precision_record(precision, next(model.parameters()).device)
-                    log.info("encoding rows %d-%d in %s (precision=%s) on %s", start, end, runtime["precision"], precision,
-                             describe_hardware(next(model.parameters()).device))
-                passages = store.read_rows(*writer.chunk_rows(i))
-                vectors = encode_passages(model, tokenizer, passages, batch_size=batch_size, precision=runtime["precision"], bar=bar)
-                writer.write_chunk(i, vectors, [p.id for p in passages])
-                encoded += len(passages)
-                dim = vectors.shape[1]
+            if done < writer.num_chunks:
+                model, tokenizer = load_checkpoint(checkpoint, device)
+                runtime = precision_record(precision, next(model.parameters()).device)
+                log.info("encoding rows %d-%d in %s (precision=%s) on %s", start, end, runtime["precision"], precision,
+                         describe_hardware(next(model.parameters()).device))
+                encoded, dim = _encode_chunks(store, writer, done, model, tokenizer, batch_size, runtime["precision"], bar)
         finally:
             bar.close()
         if done < writer.num_chunks or not writer.manifest.get("dim"):
@@ -86,6 +83,34 @@ def encode_corpus(
              writer.dir, encoded / max(elapsed, 1e-9))
     return {"passages": end - start, "encoded_now": encoded, "seconds": elapsed, "passages_per_s": encoded / max(elapsed, 1e-9),
             "path": str(writer.dir), **(runtime or {})}
+
+
+def _encode_chunks(store: PassageStore, writer: ShardWriter, first: int, model, tokenizer, batch_size, precision: str, bar) -> tuple[int, int]:
+    """Encode chunks `first`.. of the shard in order: while the device encodes chunk i, one
+    thread reads and tokenises chunk i+1 and another writes chunk i-1 (the tokenizer and the
+    file writes release the GIL), so the device does not wait on either. Every chunk is written
+    whole or not at all, in order; the (passages encoded, dimension)."""
+
+    def prepare(i: int):
+        passages = store.read_rows(*writer.chunk_rows(i))
+        return passages, passage_ids(tokenizer, [p.title for p in passages], [p.text for p in passages], model.config.max_length)
+
+    encoded, dim, writes = 0, 0, []
+    with ThreadPoolExecutor(1, thread_name_prefix="read") as reader, ThreadPoolExecutor(1, thread_name_prefix="write") as saver:
+        upcoming = reader.submit(prepare, first)
+        for i in range(first, writer.num_chunks):
+            passages, ids = upcoming.result()
+            if i + 1 < writer.num_chunks:
+                upcoming = reader.submit(prepare, i + 1)
+            vectors = encode_ids(model, tokenizer, ids, "passage", batch_size=batch_size, precision=precision, bar=bar)
+            writes.append(saver.submit(writer.write_chunk, i, vectors, [p.id for p in passages]))
+            while writes and writes[0].done():
+                writes.pop(0).result()  # a failed write stops the run now
+            encoded += len(passages)
+            dim = vectors.shape[1]
+        for w in writes:
+            w.result()
+    return encoded, dim
 
 
 def _dim_of_chunk(writer: ShardWriter) -> int:

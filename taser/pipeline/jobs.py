@@ -85,7 +85,7 @@ class EncodeJob:
     out_dir: str = MISSING
     shard_id: int | None = None  # None: torchrun's RANK (0 outside torchrun)
     num_shards: int | None = None  # None: torchrun's WORLD_SIZE (1 outside torchrun)
-    batch_size: int = 64
+    batch_size: int | None = None  # None: one that fits the device (64 on a CPU)
     precision: Precision = Precision.auto
     chunk_size: int = 10_000  # passages per resumable chunk
     dtype: VectorDtype = VectorDtype.float32  # float16 halves the disk; indexes read float32

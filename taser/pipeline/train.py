@@ -10,7 +10,7 @@ from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.models.loading import check_settings, load_model
 from taser.models.settings import ModelSettings
 from taser.training.config import TrainConfig
-from taser.training.distributed import init_distributed
+from taser.training.distributed import destroy_distributed, init_distributed
 from taser.training.trainer import Trainer, TrainResult
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,13 @@ def run_training(model_cfg: ModelSettings | dict, train_files: Sequence[str], tr
     if not train_files:
         raise ValueError("no training files: set data.train_files")
     dist_info = init_distributed()
-    sets = [BiEncoderJsonFile(f) for f in train_files]
-    model, tokenizer = load_model(settings)
-    dev = BiEncoderJsonFile(dev_file) if dev_file else None
-    log.info("training %s on %s (%s records)", model.config.model_type, list(train_files), [len(s) for s in sets])
-    trainer = Trainer(model, tokenizer, sets, cfg, output_dir, dev_set=dev, dist_info=dist_info, on_step=on_step)
-    return trainer.train()
+    try:
+        sets = [BiEncoderJsonFile(f) for f in train_files]
+        model, tokenizer = load_model(settings)
+        dev = BiEncoderJsonFile(dev_file) if dev_file else None
+        log.info("training %s on %s (%s records)", model.config.model_type, list(train_files), [len(s) for s in sets])
+        trainer = Trainer(model, tokenizer, sets, cfg, output_dir, dev_set=dev, dist_info=dist_info, on_step=on_step)
+        return trainer.train()
+    finally:
+        if dist_info.started_group:
+            destroy_distributed()

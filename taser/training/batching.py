@@ -37,14 +37,26 @@ def example_rng(seed: int, epoch: int, dataset: int, index: int) -> random.Rando
 
 @dataclass
 class Batch:
-    questions: dict[str, torch.Tensor]
+    """One (micro-)batch. The lengths are host-side integers wherever the tensors go, so chunking
+    and trimming never read a device tensor back (a host sync on a GPU)."""
+
+    questions: dict[str, torch.Tensor]  # input_ids and attention_mask, right-padded to the longest
     passages: dict[str, torch.Tensor]
     positive_idx: torch.Tensor  # [B] row of each question's positive in the passages
     ctx_owner: torch.Tensor  # [N] index of the question each passage belongs to
+    question_lengths: list[int]  # real tokens per question
+    passage_lengths: list[int]  # real tokens per passage
+
+    def _map(self, fn) -> Batch:
+        return Batch({k: fn(v) for k, v in self.questions.items()}, {k: fn(v) for k, v in self.passages.items()}, fn(self.positive_idx),
+                     fn(self.ctx_owner), self.question_lengths, self.passage_lengths)
 
     def to(self, device) -> Batch:
-        move = lambda d: {k: v.to(device, non_blocking=True) for k, v in d.items()}  # noqa: E731
-        return Batch(move(self.questions), move(self.passages), self.positive_idx.to(device), self.ctx_owner.to(device))
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies (what the DataLoader's pin_memory calls), so `to` copies asynchronously."""
+        return self._map(lambda t: t.pin_memory())
 
     @property
     def size(self) -> int:
@@ -60,4 +72,5 @@ def collate(examples: Sequence[Example], tokenizer, max_question_length: int, ma
         starts.append(pos)
         owner.extend([i] * len(e.passages))
         pos += len(e.passages)
-    return Batch(questions, passages, torch.tensor(starts), torch.tensor(owner))
+    return Batch(questions, passages, torch.tensor(starts), torch.tensor(owner),
+                 questions["attention_mask"].sum(1).tolist(), passages["attention_mask"].sum(1).tolist())

@@ -42,6 +42,7 @@ class TrainConfig:
     progress: bool = True
     tensorboard: bool = False  # also write TensorBoard event files (output_dir/tensorboard/): loss, lr, accuracy, routing, validation
     device: str = "auto"
+    loader_workers: int | None = None  # processes building batches; null: some on a GPU, none on a CPU (taser.training.loader)
 
     def __post_init__(self):
         if self.temperature == "auto":
@@ -56,6 +57,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"train.{name} must be an integer >= 0, got {value!r}")
+        if self.loader_workers is not None and (not isinstance(self.loader_workers, int) or isinstance(self.loader_workers, bool) or self.loader_workers < 0):
+            raise ValueError(f"train.loader_workers must be an integer >= 0 or null (chosen from the device), got {self.loader_workers!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"train.max_steps must be >= 1 or null (epochs x batches), got {self.max_steps}")
         if self.temperature is not None and not self.temperature > 0:

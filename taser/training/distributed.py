@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -22,6 +22,7 @@ class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    started_group: bool = field(default=False, compare=False)  # init_distributed started it: its caller ends it
 
     @property
     def is_main(self) -> bool:
@@ -41,14 +42,15 @@ def init_distributed(backend: str | None = None, init_method: str | None = None)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
-    if not dist.is_initialized():
+    started = not dist.is_initialized()
+    if started:
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         init_method = init_method or os.environ.get(INIT_METHOD_ENV) or None
         if init_method is None:
             dist.init_process_group(backend)  # env://, as torchrun sets it up
         else:
             dist.init_process_group(backend, init_method=init_method, rank=int(os.environ["RANK"]), world_size=world)
-    info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), started_group=started)
     if torch.cuda.is_available():
         torch.cuda.set_device(info.local_rank)
     return info
@@ -73,17 +75,33 @@ class _GatherWithGrad(torch.autograd.Function):
         return grad[start : start + ctx.sizes[ctx.rank]], None
 
 
-def gather_sizes(n: int, device) -> list[int]:
-    sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, torch.tensor([n], device=device))
-    return [int(s.item()) for s in sizes]
+_HOST_GROUPS: dict[object, object] = {}
+
+
+def host_group():
+    """A process group for CPU tensors: the default one where its backend takes them (gloo),
+    else a gloo group beside it (NCCL takes device tensors only). Ranks exchange host-side
+    facts through it without waiting for the device."""
+    default = dist.group.WORLD
+    if dist.get_backend() == "gloo":
+        return default
+    if default not in _HOST_GROUPS:
+        _HOST_GROUPS[default] = dist.new_group(backend="gloo")  # collective: every rank reaches this at the same step
+    return _HOST_GROUPS[default]
+
+
+def gather_sizes(n: int) -> list[int]:
+    """Every rank's `n` (a row count: host-side, so gathered on the CPU, with no device sync)."""
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([n], dtype=torch.long), group=host_group())
+    return [int(s) for s in sizes]
 
 
 def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All ranks' rows concatenated in rank order, and where this rank's rows start."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return tensor, 0
-    sizes = gather_sizes(len(tensor), tensor.device)
+    sizes = gather_sizes(len(tensor))
     return _GatherWithGrad.apply(tensor, sizes), sum(sizes[: dist.get_rank()])
 
 
@@ -119,9 +137,17 @@ def no_sync(model: torch.nn.Module, sync: bool):
     return model.no_sync()
 
 
-def all_reduce_sum(value: float | torch.Tensor) -> float:
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """`values` summed over ranks, on their own device (NCCL reduces device tensors only)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return float(value)
-    t = torch.as_tensor(value, dtype=torch.float64).clone()
-    dist.all_reduce(t)
-    return float(t)
+        return values
+    values = values.clone()
+    dist.all_reduce(values)
+    return values
+
+
+def destroy_distributed() -> None:
+    """Leave the process group, if one is up (NCCL warns at exit otherwise)."""
+    if dist.is_available() and dist.is_initialized():
+        _HOST_GROUPS.clear()
+        dist.destroy_process_group()

@@ -22,21 +22,25 @@ from taser.training.loss import LossConfig, contrastive_nll
 
 @dataclass
 class StepStats:
-    loss_sum: float  # summed NLL over this rank's questions
-    correct: int
+    """One (micro-)batch's statistics, left on the device (reading them would make the host wait
+    for the device): the trainer reads them once per log line."""
+
+    loss_sum: torch.Tensor  # summed NLL over this rank's questions (0-dim, detached)
+    correct: torch.Tensor  # in-batch top-1 hits (0-dim)
     questions: int
-    aux: dict[str, float]
+    aux: dict[str, torch.Tensor]  # unweighted routing losses (0-dim, detached)
 
 
-def trim_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop the columns that are padding in every row (inputs are right-padded)."""
-    longest = int(inputs["attention_mask"].sum(1).max())
+def trim_padding(inputs: dict[str, torch.Tensor], lengths: list[int]) -> dict[str, torch.Tensor]:
+    """Drop the columns that are padding in every row (inputs are right-padded); `lengths` are
+    the rows' real token counts, known on the host, so no device tensor is read."""
+    longest = max(lengths, default=0)
     return {k: v[:, :longest] for k, v in inputs.items()}
 
 
-def _chunks(inputs: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+def _chunks(inputs: dict[str, torch.Tensor], lengths: list[int], size: int) -> list[dict[str, torch.Tensor]]:
     n = len(inputs["input_ids"])
-    return [trim_padding({k: v[i : i + size] for k, v in inputs.items()}) for i in range(0, n, size)]
+    return [trim_padding({k: v[i : i + size] for k, v in inputs.items()}, lengths[i : i + size]) for i in range(0, n, size)]
 
 
 class _RandState:
@@ -85,12 +89,12 @@ class StepRunner:
             return self._run_cached(batch, global_questions, question_offset, scale, scaler, sync)
         with no_sync(self.model, sync):
             with autocast(self.precision, self.device):
-                out = self.model(trim_padding(batch.questions), trim_padding(batch.passages))
+                out = self.model(batch.questions, batch.passages)  # collate pads each side to its longest
             nll, correct = self._loss(out.questions, out.passages, batch, question_offset)
             total = nll.sum() / global_questions * scale + self._routing_term(out.aux_loss, 1.0, scale)
             (scaler.scale(total) if scaler is not None else total).backward()
         parts = out.aux_loss.parts if out.aux_loss is not None else {}
-        return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), parts)
+        return StepStats(nll.detach().sum(), correct.sum(), len(nll), parts)
 
     def _encode_chunk(self, chunk: dict, side: str):
         """One chunk through the model's forward (so a DDP wrapper sees every pass)."""
@@ -109,7 +113,8 @@ class StepRunner:
     def _run_cached(self, batch: Batch, global_questions: int, question_offset: int, scale: float, scaler=None,
                     sync: bool = True) -> StepStats:
         scaled = scaler.scale if scaler is not None else (lambda t: t)
-        q_chunks, p_chunks = _chunks(batch.questions, self.chunk), _chunks(batch.passages, self.chunk)
+        q_chunks = _chunks(batch.questions, batch.question_lengths, self.chunk)
+        p_chunks = _chunks(batch.passages, batch.passage_lengths, self.chunk)
         q_states, q = self._encode_chunks(q_chunks, "question")
         p_states, p = self._encode_chunks(p_chunks, "passage")
         after_first_pass = _RandState(self.device)
@@ -117,7 +122,7 @@ class StepRunner:
         p.requires_grad_(True)
         nll, correct = self._loss(q, p, batch, question_offset)
         scaled(nll.sum() / global_questions * scale).backward()  # vector gradients, scaled for fp16
-        aux_parts: dict[str, float] = {}
+        aux_parts: dict[str, torch.Tensor] = {}
         n_chunks = len(q_chunks) + len(p_chunks)
         done = 0
         for side, chunks, states, grads in (("question", q_chunks, q_states, q.grad), ("passage", p_chunks, p_states, p.grad)):
@@ -138,4 +143,4 @@ class StepRunner:
                     surrogate.backward()
                 start += n
         after_first_pass.restore()
-        return StepStats(float(nll.detach().sum()), int(correct.sum()), len(nll), aux_parts)
+        return StepStats(nll.detach().sum(), correct.sum(), len(nll), aux_parts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -14,15 +14,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file
-from tqdm.auto import tqdm
 
 from taser.io import atomic_open
-from taser.runtime import describe_hardware, grad_scaler, pick_device, precision_record
-from taser.training.batching import collate, example_rng, make_example
+from taser.models.taser_config import TaserConfig
+from taser.progress import progress
+from taser.runtime import describe_hardware, grad_scaler, launcher_local_rank, pick_device, precision_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
-from taser.training.distributed import DistInfo, all_reduce_sum, data_parallel
+from taser.training.distributed import DistInfo, data_parallel
+from taser.training.loader import StepBatches, default_loader_workers, step_loader
 from taser.training.lr_decay import param_groups
+from taser.training.records import PendingStep, read_steps
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner
 from taser.training.tensorboard import TensorBoardLog
@@ -72,8 +74,8 @@ class _Loop:
     precision: str
     history: list[dict] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
+    pending: list[PendingStep] = field(default_factory=list)  # steps whose figures are still on the device
     window_start: float = field(default_factory=time.perf_counter)
-    window_steps: int = 0
 
 
 class Trainer:
@@ -104,45 +106,41 @@ class Trainer:
         self.total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * self.schedule.batches_per_epoch
         if self.total_steps < 1:
             raise ValueError(f"nothing to train: {self.schedule.batches_per_epoch} batches per epoch, max_steps {cfg.max_steps}")
-        self._epoch_cache: tuple[int, list] | None = None
         self._curves: TensorBoardLog | None = None
 
     # -- data --------------------------------------------------------------------------
-    def _micro_batch(self, step: int, micro: int):
-        """This rank's share of micro-batch `micro` of optimizer step `step` (0-based)."""
-        epoch, position = divmod(step, self.schedule.batches_per_epoch)
-        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            self._epoch_cache = (epoch, self.schedule.epoch(epoch))
-        batch = self._epoch_cache[1][position]
-        b = self.cfg.batch_size
-        start = (micro * self.dist.world_size + self.dist.rank) * b
-        mine = batch[start : start + b]
-        examples = [
-            make_example(self.train_sets[d][i], self.cfg.hard_negatives, self.cfg.other_negatives, example_rng(self.cfg.seed, epoch, d, i))
-            for d, i in mine
-        ]
-        return collate(examples, self.tokenizer, self.model.config.max_question_length, self.model.config.max_length).to(self.device)
+    def _loader(self, first_step: int):
+        """This rank's micro-batches of every step from `first_step` on, built by the loader's
+        workers (`train.loader_workers`; by default some on a GPU, none on a CPU)."""
+        cfg, config = self.cfg, self.model.config
+        dataset = StepBatches(self.train_sets, self.schedule, self.tokenizer, seed=cfg.seed, batch_size=cfg.batch_size,
+                              grad_accumulation=cfg.grad_accumulation, hard_negatives=cfg.hard_negatives, other_negatives=cfg.other_negatives,
+                              max_question_length=config.max_question_length, max_length=config.max_length, rank=self.dist.rank,
+                              world_size=self.dist.world_size, first_step=first_step, total_steps=self.total_steps)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if launcher_local_rank() is not None else 1
+        workers = cfg.loader_workers if cfg.loader_workers is not None else default_loader_workers(self.device, local_world)
+        return step_loader(dataset, workers, pin_memory=self.device.type == "cuda")
 
     # -- the loop: named steps ---------------------------------------------------------
     def train(self) -> TrainResult:
         loop = self._set_up()
         step = self._resume(loop)
         self._open_log(step)
-        bar = tqdm(total=self.total_steps, initial=step, desc="train", disable=not (self.cfg.progress and self.dist.is_main), mininterval=2)
+        batches = iter(self._loader(step))
+        bar = progress(total=self.total_steps, initial=step, desc="train", unit="step", enabled=self.cfg.progress and self.dist.is_main)
         start = loop.window_start = time.perf_counter()
         try:
             while step < self.total_steps:
                 t0 = time.perf_counter()
-                record = self._optimizer_step(loop, step)
+                loop.pending.append(self._optimizer_step(loop, step, next(batches)))
                 step += 1
                 loop.step_times.append(time.perf_counter() - t0)
                 bar.update(1)
-                self._log(loop, record)
-                self._validate(record)
-                self._write_record(loop, record)
+                if self._read_due(step):
+                    self._read(loop, step)
                 self._save(loop, step)
                 if self.on_step is not None:
-                    self.on_step(step, record)
+                    self.on_step(step, loop.pending[-1].record if loop.pending else loop.history[-1])
             bar.close()
             return self._finish(loop, step, time.perf_counter() - start)
         finally:
@@ -161,9 +159,7 @@ class Trainer:
         # the fused kernel: one pass over all parameters (6x faster than the default loop on CPU)
         optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
         precision = self.runtime["precision"]
-        # some parameters never take part (the encoders' unused pooler) or sit out a pass (TASER's
-        # experts, one encoder in a gradient-cache chunk)
-        trained = data_parallel(model, find_unused_parameters=True)
+        trained = data_parallel(model, find_unused_parameters=self._may_leave_parameters_idle())
         return _Loop(
             optimizer=optimizer,
             scheduler=linear_schedule(optimizer, cfg.warmup_steps, self.total_steps),
@@ -193,50 +189,67 @@ class Trainer:
             if self.cfg.tensorboard:
                 self._curves = TensorBoardLog(self.out, step)
 
-    def _optimizer_step(self, loop: _Loop, step: int) -> dict:
-        """Forward and backward of every micro-batch, gradients summed over ranks, clipped, applied."""
+    def _may_leave_parameters_idle(self) -> bool:
+        """Whether a forward pass can leave a trained parameter without a gradient, which DDP
+        must then look for after every pass (a walk of the graph): an expert that learned
+        routing sent no input to, or one encoder in a gradient-cache chunk of the other side.
+        (The encoders' pooler, which no vector uses, is frozen, so it never counts.)"""
+        config = self.model.config
+        learned = config.kind.specialised and TaserConfig.from_dict(config.taser).learned
+        return bool(learned or self.cfg.grad_cache_chunk)
+
+    def _optimizer_step(self, loop: _Loop, step: int, micro_batches) -> PendingStep:
+        """Forward and backward of every micro-batch, gradients summed over ranks, clipped, applied.
+        Nothing is read back from the device: the figures stay in the returned PendingStep."""
         cfg = self.cfg
         global_q = cfg.batch_size * self.dist.world_size
-        loss_sum, correct, aux = 0.0, 0, {}
-        for micro in range(cfg.grad_accumulation):
-            stats = loop.runner.run(self._micro_batch(step, micro), global_q, self.dist.rank * cfg.batch_size,
+        loss_sum = correct = 0
+        aux: dict[str, torch.Tensor] = {}
+        for micro, batch in enumerate(micro_batches):
+            stats = loop.runner.run(batch.to(self.device), global_q, self.dist.rank * cfg.batch_size,
                                     scale=1.0 / cfg.grad_accumulation, scaler=loop.scaler, sync=micro == cfg.grad_accumulation - 1)
-            loss_sum += stats.loss_sum
-            correct += stats.correct
+            loss_sum = loss_sum + stats.loss_sum
+            correct = correct + stats.correct
             for k, v in stats.aux.items():
                 aux[k] = aux.get(k, 0.0) + v / cfg.grad_accumulation
         if loop.scaler is not None:
             loop.scaler.unscale_(loop.optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(loop.params, cfg.grad_clip)) if cfg.grad_clip > 0 else float("nan")
+        grad_norm = None
+        if cfg.grad_clip > 0 or loop.scaler is not None:  # with a scaler, the norm tells an overflow
+            grad_norm = torch.nn.utils.clip_grad_norm_(loop.params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if loop.scaler is not None:
-            loop.scaler.step(loop.optimizer)
+            loop.scaler.step(loop.optimizer)  # skipped when the gradients overflowed
             loop.scaler.update()
         else:
             loop.optimizer.step()
         lr = loop.scheduler.get_last_lr()[0]  # the rate this step applied (after `step()` it is the next step's)
         loop.scheduler.step()
         loop.optimizer.zero_grad(set_to_none=True)
-        n_q = global_q * cfg.grad_accumulation
-        record = {"step": step + 1, "loss": all_reduce_sum(loss_sum) / n_q, "acc": all_reduce_sum(correct) / n_q,
-                  "lr": lr, "grad_norm": grad_norm, "precision": loop.precision,
-                  **{f"aux_{k}": v for k, v in aux.items()}}
-        if not math.isfinite(record["loss"]):
-            raise FloatingPointError(f"loss is {record['loss']} at step {step + 1}; lower train.learning_rate or check the data")
-        return record
+        return PendingStep({"step": step + 1, "lr": lr, "precision": loop.precision}, loss_sum, correct, grad_norm, aux)
 
-    def _log(self, loop: _Loop, record: dict) -> None:
-        """Every `log_every` steps and at the end: the throughput since the last line, and a log line."""
-        loop.window_steps += 1
-        step = record["step"]
-        if step % max(self.cfg.log_every, 1) and step != self.total_steps:
-            return
+    def _read_due(self, step: int) -> bool:
+        """Steps whose figures are read: every `log_every`, before validation and checkpoints (the
+        log on disk then holds every step a resumed run keeps), and the last."""
+        cfg = self.cfg
+        return (step % cfg.log_every == 0 or step == self.total_steps or bool(cfg.eval_every and step % cfg.eval_every == 0)
+                or bool(cfg.save_every and step % cfg.save_every == 0))
+
+    def _read(self, loop: _Loop, step: int) -> None:
+        """The pending steps' figures, read at once; the last one gets the throughput since the
+        last read and, when due, validation; each is written to the training log."""
+        n_q = self.cfg.batch_size * self.dist.world_size * self.cfg.grad_accumulation
+        records = read_steps(loop.pending, n_q, skips_overflow=loop.scaler is not None)
+        loop.pending = []
+        last = records[-1]
         elapsed = time.perf_counter() - loop.window_start
-        questions = loop.window_steps * self.cfg.batch_size * self.dist.world_size * self.cfg.grad_accumulation
-        record["questions_per_s"] = questions / max(elapsed, 1e-9)
-        loop.window_start, loop.window_steps = time.perf_counter(), 0
+        last["questions_per_s"] = len(records) * n_q / max(elapsed, 1e-9)
+        loop.window_start = time.perf_counter()
         if self.dist.is_main:
-            log.info("step %d/%d loss %.4f acc %.3f lr %.2e %.1f q/s", step, self.total_steps, record["loss"], record["acc"],
-                     record["lr"], record["questions_per_s"])
+            log.info("step %d/%d loss %.4f acc %.3f lr %.2e %.1f q/s", step, self.total_steps, last["loss"], last["acc"], last["lr"],
+                     last["questions_per_s"])
+        self._validate(last)
+        for record in records:
+            self._write_record(loop, record)
 
     def _validate(self, record: dict) -> None:
         """Every `eval_every` steps and at the end, on the main rank: validation metrics into `record`."""

@@ -6,7 +6,6 @@ import numpy as np
 import torch
 
 from taser.models.encoding import encode_texts
-from taser.models.inputs import passage_string
 from taser.runtime import autocast
 from taser.training.batching import collate, example_rng, make_example
 from taser.training.loss import contrastive_nll, similarity_scores
@@ -38,7 +37,7 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     positive = np.cumsum([0] + [len(e.passages) for e in examples[:-1]])
     kw = dict(batch_size=cfg.val_batch_size, precision=cfg.precision, device=device)
     qv = encode_texts(model, tokenizer, [e.question for e in examples], "question", **kw)
-    pv = encode_texts(model, tokenizer, [passage_string(c.get("title", ""), c["text"], tokenizer.sep_token) for c in ctxs], "passage", **kw)
+    pv = encode_texts(model, tokenizer, [(c.get("title", "") or "", c["text"]) for c in ctxs], "passage", **kw)
     scores = similarity_scores(torch.from_numpy(qv), torch.from_numpy(pv), model.config.similarity)
     gold = scores[torch.arange(n), torch.from_numpy(positive)]
     ranks = (scores > gold[:, None]).sum(1).float()
