@@ -701,7 +701,8 @@ def test_script_converts_and_encode_passages_reads_the_result(dpr_pair, tokenize
     assert proc.stdout.strip() == str(out)
     passages = tmp_path / "passages.tsv"
     passages.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{text}\t{title}\n" for i, (title, text) in enumerate(PASSAGES)))
-    proc = run("encode_passages.py", f"checkpoint={out}", f"passages={passages}", f"out_dir={tmp_path / 'emb'}", "shard_id=0", "num_shards=1", "precision=fp32", "device=cpu")
+    proc = run("encode_passages.py", f"checkpoint={out}", f"passages={passages}", f"out_dir={tmp_path / 'emb'}", "shard_id=0", "num_shards=1",
+               "precision=fp32", "device=cpu")
     assert proc.returncode == 0, proc.stderr[-3000:]
     chunks = sorted((tmp_path / "emb").rglob("chunk_*.npz"))
     assert chunks
