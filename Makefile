@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test install clean-venv
+.PHONY: demo gpu-check test install clean-venv
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py
+
+# On a GPU machine, first: DPR and TASER train a few steps on one GPU and then on all of them, the
+# loss checked against the CPU; writes outputs/gpu_check/results.md. Extra settings: GPU_CHECK_ARGS.
+GPU_CHECK_ARGS ?=
+gpu-check: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,165 @@
+"""The GPU check (`scripts/gpu_check.py`) as a dry run on the CPU: a tiny random BERT, a few steps,
+a few dozen passages. Through the library: every figure present and finite, the loss check passed.
+Through the script: two torchrun processes (the all-GPU path, gloo on the CPU), and a forced loss
+mismatch that must make it exit non-zero."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import ROOT
+from hydra import compose, initialize_config_dir
+from torch.autograd import DeviceType
+
+from taser.cli import CONFIG_DIR, typed
+from taser.pipeline.gpu_check import GpuCheckJob, run_gpu_check, training
+from taser.pipeline.gpu_check.check import run_failures
+from taser.pipeline.gpu_check.encoding import peers_installed
+from taser.pipeline.gpu_check.job import Size, register_schema
+from taser.pipeline.gpu_check.training import StepClock, busy_share, device_intervals
+from taser.precision import Precision
+
+# the dry run (configs/scale/dry_run.yaml), smaller still
+DRY = dict(device="cpu", sizes=["tiny"], articles=3, batch_size=4, warm_steps=1, timed_steps=2, check={"batch_size": 2}, passages=32,
+           questions=32, encode_batch_size=16, max_length=96, max_question_length=32, progress=False)
+# one thread: the dry run's figures mean nothing, and on 2 cores shared with other jobs two threads
+# per process wait on each other (a tiny step takes ~8x longer)
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+DRY_OVERRIDES = ["scale=dry_run", "timed_steps=2", "passages=32", "questions=32", "max_length=96", "peers=false"]
+
+
+def test_busy_share_counts_overlapping_kernels_once():
+    assert busy_share([(0, 10), (5, 15), (20, 30)], 40) == pytest.approx(25 / 40)
+    assert busy_share([(20, 30), (0, 10), (2, 3)], 30) == pytest.approx(20 / 30)
+    assert busy_share([], 10) == 0.0
+
+
+def test_device_intervals_keep_cuda_events_only():
+    def event(kind, start, end):
+        return SimpleNamespace(device_type=kind, time_range=SimpleNamespace(start=start, end=end))
+
+    events = [event(DeviceType.CPU, 0, 100), event(DeviceType.CUDA, 10, 20), event(DeviceType.CUDA, 30, 35)]
+    assert device_intervals(events) == [(10, 20), (30, 35)]
+
+
+def test_step_clock_times_the_timed_steps_and_profiles_the_next_ones(monkeypatch):
+    """The windows on a CPU profile (a GPU's is the same with CUDA activity): 2 warm steps, 3 timed,
+    one profiler warm-up, 2 profiled (steps 7 and 8), and a last step."""
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    clock = StepClock(torch.device("cpu"), warm=2, timed=3, active=2)
+    clock.profiler = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=clock.skip, warmup=1, active=2, repeat=1),
+                             on_trace_ready=clock._trace_ready)
+    profiled = []
+
+    def steps_seen(events):
+        spans = [(e.time_range.start, e.time_range.end) for e in events if e.name.startswith("step ")]
+        profiled.extend(sorted({e.name for e in events if e.name.startswith("step ")}))
+        return spans
+
+    monkeypatch.setattr(training, "device_intervals", steps_seen)
+    clock.start()
+    for step in range(1, 10):
+        with record_function(f"step {step}"):
+            torch.ones(64, 64) @ torch.ones(64, 64)
+        clock(step, {})
+    clock.stop()
+    assert profiled == ["step 7", "step 8"]
+    assert 0 < clock.gpu_busy <= 1 and sorted(clock.ends) == [2, 5, 6, 8]
+    assert clock.timed_seconds == clock.ends[5] - clock.resumed[2] > 0
+
+
+def test_failures_name_the_run_and_what_is_wrong():
+    check = {"passed": True}
+    assert run_failures("1 GPU", {"model": "dpr", "size": "tiny", "check": check, "train": {"steps_per_s": 2.0}}) == []
+    [nan] = run_failures("1 GPU", {"model": "dpr", "size": "tiny", "check": check, "train": {"steps_per_s": float("nan")}})
+    assert nan == "1 GPU, dpr / tiny: non-finite figure(s): train.steps_per_s"
+    [error] = run_failures("1 GPU", {"model": "taser", "size": "bert-base", "error": "FloatingPointError: loss is nan at step 1"})
+    assert error == "1 GPU, taser / bert-base: FloatingPointError: loss is nan at step 1"
+    mismatch = {"passed": False, "device_loss": 2.5, "reference_loss": 2.0, "precision": "bf16", "relative_difference": 0.25, "tolerance": 0.05}
+    [text] = run_failures("1 GPU", {"model": "dpr", "size": "minilm", "check": mismatch})
+    assert "loss mismatch: 2.500000 on the device (bf16) vs 2.000000 on the CPU (fp32)" in text and "> tolerance 0.05" in text
+
+
+def test_config_composes_and_precision_is_left_to_the_hardware():
+    register_schema()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        job = typed(compose(config_name="gpu_check"))
+        dry = typed(compose(config_name="gpu_check", overrides=["scale=dry_run"]))
+    assert isinstance(job, GpuCheckJob) and job.precision == Precision.auto and dry.precision == Precision.auto
+    assert job.sizes == [Size.minilm, Size.bert_base] and job.models == ["dpr", "taser"] and job.device == "auto"
+    assert dry.device == "cpu" and dry.sizes == [Size.tiny] and dry.passages == 64
+    with pytest.raises(ValueError, match="ddp_processes"):
+        GpuCheckJob(ddp_processes=1)
+
+
+def _finite_positive(figures: dict, keys) -> None:
+    for key in keys:
+        assert isinstance(figures[key], float) and math.isfinite(figures[key]) and figures[key] > 0, (key, figures)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_dry_run_through_the_library(tmp_path, one_thread):
+    results = run_gpu_check(GpuCheckJob(out_dir=str(tmp_path), **DRY))
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert results["passed"] and written["passed"] and written["failures"] == []
+    assert written["precision"] == "fp32" and written["precision_requested"] == "auto" and written["hardware"]["device"] == "cpu"
+    [setup] = written["setups"]
+    assert [(r["model"], r["size"]) for r in setup["runs"]] == [("dpr", "tiny"), ("taser", "tiny")]
+    for run in setup["runs"]:
+        assert "error" not in run
+        check = run["check"]
+        assert check["passed"] and check["precision"] == "fp32" and check["relative_difference"] <= check["tolerance"]
+        assert math.isfinite(check["device_loss"]) and check["device_loss"] > 0
+        _finite_positive(run["train"], ("steps_per_s", "questions_per_s", "peak_memory_gb", "step_s"))
+        assert run["train"]["gpu_busy"] is None and run["train"]["memory_kind"] == "peak RSS"  # n/a on the CPU
+        _finite_positive(run["encode"], ("passages_per_s", "questions_per_s"))
+        assert run["encode"]["passages"] == 32 and run["parameters"] > 0
+    text = (tmp_path / "results.md").read_text()
+    assert text.startswith("# GPU check: PASSED") and "| dpr | tiny |" in text and "| taser | tiny |" in text
+    assert "**fp32**" in text and "n/a" in text and written["machine"] in text
+    if peers_installed():
+        _finite_positive(setup["peers"]["tiny"], ("passages_per_s", "questions_per_s"))
+        assert "sentence-transformers" in text and setup["peers_note"] is None
+    else:
+        assert "not installed" in setup["peers_note"] and "not installed" in text
+
+
+@pytest.mark.slow
+def test_script_on_two_processes_fails_on_a_loss_mismatch(tmp_path):
+    """One script run covers the all-GPU path (torchrun, 2 CPU processes) and the exit status: the
+    reference is perturbed, so both passes must report a mismatch, with the true figures beside it."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), *DRY_OVERRIDES, f"out_dir={out}", "models=[dpr]", "ddp_processes=2",
+           "check.perturb_reference=0.5"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=ONE_THREAD)
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    assert "GPU check FAILED" in proc.stderr and "loss mismatch" in proc.stderr
+    written = json.loads((out / "results.json").read_text())
+    assert not written["passed"] and len(written["failures"]) == 2, written["failures"]
+    single, ddp = written["setups"]
+    assert single["world_size"] == 1 and ddp["world_size"] == 2 and "torchrun" in ddp["name"]
+    for setup in (single, ddp):
+        [run] = setup["runs"]
+        assert "error" not in run, run
+        check = run["check"]
+        assert not check["passed"]
+        # without the forced 1.5x, the device loss equals the CPU's (fp32 both sides; 2 ranks = one process on the whole batch)
+        assert check["device_loss"] == pytest.approx(check["reference_loss"] / 1.5, rel=1e-4)
+        _finite_positive(run["train"], ("steps_per_s", "questions_per_s", "peak_memory_gb"))
+    assert ddp["runs"][0]["train"]["questions_per_s"] == pytest.approx(2 * 4 * ddp["runs"][0]["train"]["steps_per_s"])
+    text = (out / "results.md").read_text()
+    assert text.startswith("# GPU check: FAILED") and "**MISMATCH**" in text and "## Failures" in text and "2 CPU processes" in text
