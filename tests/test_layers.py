@@ -9,13 +9,14 @@ from conftest import ROOT
 
 # bottom first; packages on one row are siblings
 LAYERS = [
-    {"choice", "io"},
+    {"choice", "io", "progress"},
     {"precision"},
     {"runtime"},
     {"data"},
     {"models"},
     {"evaluation"},
     {"training", "retrieval"},
+    {"reader"},
     {"pipeline"},
     {"cli"},
 ]

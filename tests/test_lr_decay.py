@@ -20,7 +20,8 @@ def tiny_bert() -> BertModel:
 def settings_by_name(model, groups, encoder_prefix="question_encoder."):
     by_id = {id(p): (g["lr"], g["weight_decay"]) for g in groups for p in g["params"]}
     assert len(by_id) == sum(len(g["params"]) for g in groups)  # no parameter twice
-    return {name[len(encoder_prefix):] if name.startswith(encoder_prefix) else name: by_id[id(p)] for name, p in model.named_parameters()}
+    trained = ((name, p) for name, p in model.named_parameters() if p.requires_grad)
+    return {name[len(encoder_prefix):] if name.startswith(encoder_prefix) else name: by_id[id(p)] for name, p in trained}
 
 
 def expected_lr(name: str) -> float:
@@ -39,14 +40,14 @@ def test_layer_wise_decay(model_type):
     model = BiEncoder(BiEncoderConfig(model_type=model_type, taser=taser), tiny_bert(), passage)
     groups = param_groups(model, LR, WD, DECAY)
     settings = settings_by_name(model, groups)
-    assert len(settings) == len(list(model.parameters()))
+    assert len(settings) == len([p for p in model.parameters() if p.requires_grad])
     for name, (lr, wd) in settings.items():
         local = name.split("encoder.", 1)[1] if name.startswith("passage_encoder.") else name
         assert lr == pytest.approx(expected_lr(local)), name
         no_decay = name.endswith(".bias") or "LayerNorm" in name
         assert wd == (0.0 if no_decay else WD), name
     assert settings["encoder.layer.2.attention.self.query.weight"][0] == pytest.approx(LR)  # top block
-    assert settings["pooler.dense.weight"][0] == LR
+    assert "pooler.dense.weight" not in settings  # frozen: no vector uses BERT's pooler
     if model_type == "taser":
         assert settings["encoder.layer.1.output.experts.1.output.dense.weight"] == (pytest.approx(LR * DECAY), WD)
         assert settings["encoder.layer.1.output.router.proj.weight"][0] == pytest.approx(LR * DECAY)
@@ -59,7 +60,8 @@ def test_no_layer_decay_and_validation():
     assert {g["lr"] for g in groups} == {LR}
     assert {g["weight_decay"] for g in groups} == {0.0, WD}
     model.question_encoder.embeddings.word_embeddings.weight.requires_grad_(False)
-    assert sum(len(g["params"]) for g in param_groups(model, LR, WD, None)) == len(list(model.parameters())) - 1
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert sum(len(g["params"]) for g in param_groups(model, LR, WD, None)) == len(trained)  # the frozen embedding left out
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="layer_decay"):
             param_groups(model, LR, WD, bad)
