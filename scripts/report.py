@@ -1,7 +1,10 @@
 """Collect the results.json of any set of evaluation runs into one report: a paper-style markdown
-table (systems x datasets, with parameter counts) and a top-k accuracy curve per dataset (PNG).
+table (systems x datasets, with parameter counts; several seeds of a system: mean ± std and n;
+95% bootstrap intervals over questions; with baseline=..., paired significance marks, Holm-corrected)
+and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded).
 
 `python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
+`python scripts/report.py 'runs=[outputs/eval]' baseline='dpr (model=dpr/final)'`
 """
 
 import hydra
@@ -14,7 +17,7 @@ from taser.evaluation.report import read_runs, write_report
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title)
+    report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title, job.stats_settings())
     print(report["markdown"])
 
 

@@ -42,8 +42,10 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
     assert (tmp_path / "demo" / "topk-SQuAD.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
     for row in ("BM25 (bm25s, k1=0.9, b=0.4)", "zero-shot (initial model)", "dpr trained", "hybrid (BM25 + dense, λ=1.1)"):
-        top_k = [float(cell) for cell in rows[row].split("|")[2:6]]
+        cells = rows[row].split("|")[2:6]
+        top_k = [float(cell.split()[0]) for cell in cells]  # "72.3 [63.4, 80.4]": the figure, then its bootstrap interval
         assert all(0 <= v <= 100 for v in top_k) and top_k == sorted(top_k), row
+        assert all("[" in cell for cell in cells), row  # every run wrote per_query.jsonl
     assert "1 BM25 hard negative(s)" in text and "cls pooling, dot similarity" in text
     resolved = resolve_precision("auto")
     assert f"({torch.backends.cpu.get_cpu_capability()}," in text  # the CPU kind beside the figures

@@ -70,25 +70,39 @@ def _mean(scores: dict[str, dict[str, float]], key: str) -> float:
     return sum(s[key] for s in scores.values()) / len(scores)
 
 
-def evaluate_qrels(run: Run, qrels: Qrels, ks: Sequence[int] = (10, 100), mrr_cutoff: int = MRR_CUTOFF) -> dict[str, float]:
-    """Mean nDCG@k and Recall@k for each k in `ks`, and MRR@`mrr_cutoff`, as fractions in [0, 1].
-
-    Keys: "nDCG@10", "Recall@10", ..., "MRR@10", and "queries" (how many were averaged).
-    """
+def per_query_metrics(run: Run, qrels: Qrels, ks: Sequence[int] = (10, 100), mrr_cutoff: int = MRR_CUTOFF) -> dict[str, dict[str, float]]:
+    """Per scored query (judged and in the run, in the qrels' order): nDCG@k and Recall@k for each
+    k in `ks`, and "MRR@`mrr_cutoff`" (its reciprocal rank when the first relevant document is within
+    the cut-off, else 0). Their means are `evaluate_qrels`."""
     if any(k < 1 for k in ks) or mrr_cutoff < 1:
         raise ValueError(f"cut-offs must be positive, got {list(ks)} and {mrr_cutoff}")
     cut = ",".join(str(k) for k in sorted(set(ks)))
     scores = per_query(run, qrels, {f"ndcg_cut.{cut}", f"recall.{cut}", "recip_rank"})
+    out: dict[str, dict[str, float]] = {}
+    for qid in (str(q) for q in qrels):
+        if qid not in scores:
+            continue
+        s = scores[qid]
+        values = {f"nDCG@{k}": s[f"ndcg_cut_{k}"] for k in ks}
+        values.update({f"Recall@{k}": s[f"recall_{k}"] for k in ks})
+        # reciprocal rank r counts when the first relevant rank 1/r is at most the cut-off
+        values[f"MRR@{mrr_cutoff}"] = s["recip_rank"] if s["recip_rank"] * mrr_cutoff >= 1 - 1e-9 else 0.0
+        out[qid] = values
+    return out
+
+
+def evaluate_qrels(run: Run, qrels: Qrels, ks: Sequence[int] = (10, 100), mrr_cutoff: int = MRR_CUTOFF,
+                   scores: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+    """Mean nDCG@k and Recall@k for each k in `ks`, and MRR@`mrr_cutoff`, as fractions in [0, 1].
+
+    Keys: "nDCG@10", "Recall@10", ..., "MRR@10", and "queries" (how many were averaged).
+    `scores`: `per_query_metrics` of the same arguments, when the caller has them already.
+    """
+    scores = per_query_metrics(run, qrels, ks, mrr_cutoff) if scores is None else scores
     if not scores:
         raise ValueError("the run holds none of the judged queries")
-    out: dict[str, float] = {}
-    for k in ks:
-        out[f"nDCG@{k}"] = _mean(scores, f"ndcg_cut_{k}")
-    for k in ks:
-        out[f"Recall@{k}"] = _mean(scores, f"recall_{k}")
-    # reciprocal rank r counts when the first relevant rank 1/r is at most the cut-off
-    rr = [s["recip_rank"] if s["recip_rank"] * mrr_cutoff >= 1 - 1e-9 else 0.0 for s in scores.values()]
-    out[f"MRR@{mrr_cutoff}"] = sum(rr) / len(rr)
+    keys = [f"nDCG@{k}" for k in ks] + [f"Recall@{k}" for k in ks] + [f"MRR@{mrr_cutoff}"]
+    out: dict[str, float] = {key: _mean(scores, key) for key in keys}
     out["queries"] = len(scores)
     return out
 

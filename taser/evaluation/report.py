@@ -3,140 +3,42 @@ systems with their parameter counts; columns: datasets, top-k accuracy or BEIR m
 per-relation table of EntityQuestions runs, and a top-k accuracy curve (k = 1..100) per
 dataset as a PNG (matplotlib, Agg backend: no display needed).
 
-A run is what `scripts/evaluate.py` writes: `task` (qa, beir, entity_questions), `dataset`, the
-retriever's settings, `parameters` (dense models), `top_k` or `metrics`, and `top_k_curve`. A
-system's name is the run's `name` when given at evaluation, else one made from its retriever
-and model (`system_name`); one system's runs on several datasets share a row.
+Runs are read by `taser.evaluation.runs`. Runs of one system on one dataset over several
+training seeds make one cell: mean ± standard deviation, with n in the `seeds` column. Where the
+runs wrote per-question outcomes, each cell also carries a bootstrap confidence interval over
+questions, and, with a `baseline` system, a mark when it differs significantly from the
+baseline's (`taser.evaluation.comparison`); a note under the table says which test, which
+correction, and how many seeds and questions.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from taser.data.errors import DataFormatError
+from taser.evaluation.comparison import Comparison, StatsSettings, compare, note
+from taser.evaluation.runs import (
+    BEIR_METRICS,
+    RESULTS_FILE,
+    TASKS,
+    RunResult,
+    check_beir_metrics,
+    find_results,
+    read_run,
+    read_runs,
+    system_name,
+)
 from taser.io import atomic_open, atomic_path
+
+__all__ = ["BEIR_METRICS", "RESULTS_FILE", "TASKS", "RunResult", "StatsSettings", "check_beir_metrics", "find_results", "markdown_table",
+           "plot_curves", "plot_file_name", "read_run", "read_runs", "relations_table", "report_markdown", "system_name", "write_report"]
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.json"
-TASKS = ("qa", "beir", "entity_questions")
-BEIR_METRICS = ("nDCG@10", "nDCG@100", "Recall@10", "Recall@100", "MRR@10")
-
-
-@dataclass
-class RunResult:
-    system: str
-    dataset: str
-    task: str = "qa"
-    parameters: int | None = None
-    top_k: dict[str, float] = field(default_factory=dict)  # qa, entity_questions: percent at k
-    metrics: dict[str, float] = field(default_factory=dict)  # beir: fractions
-    curve: list[float] = field(default_factory=list)  # percent at k = 1..len
-    relations: dict[str, dict[str, float]] = field(default_factory=dict)  # entity_questions: relation -> top_k
-    extra: dict[str, str] = field(default_factory=dict)  # more columns (the demo's training figures)
-    path: str | None = None
-
-
-def _short(path: str | None) -> str:
-    parts = Path(str(path)).parts if path else ()
-    return "/".join(parts[-2:]) if parts else "?"
-
-
-def system_name(results: dict) -> str:
-    """The run's `name`, else its retriever and model: "BM25 (Lucene, k1=0.9, b=0.4)",
-    "dpr (train/final)", "hybrid: BM25 + dpr (train/final), λ=1.1"."""
-    if results.get("name"):
-        return str(results["name"])
-    retriever = results.get("retriever")
-    bm25 = results.get("bm25") or {}
-    engine = {"pyserini": "Lucene"}.get(bm25.get("backend"), bm25.get("backend", "?"))
-    dense = f"{results.get('model_type', 'dense')} ({_short(results.get('model'))})"
-    if retriever == "bm25":
-        return f"BM25 ({engine}, k1={bm25.get('k1', 0):g}, b={bm25.get('b', 0):g})"
-    if retriever == "hybrid":
-        return f"hybrid: BM25 + {dense}, λ={results.get('lambda', 0):g}"
-    return dense
-
-
-def _require(results: dict, key: str, kind, path) -> object:
-    if key not in results:
-        raise DataFormatError(path, "top level", f"missing field {key!r}: not a results.json of scripts/evaluate.py")
-    if not isinstance(results[key], kind):
-        raise DataFormatError(path, f"field {key!r}", f"expected {getattr(kind, '__name__', kind)}, got {type(results[key]).__name__}")
-    return results[key]
-
-
-def read_run(path: str | os.PathLike) -> RunResult:
-    """A run from its `results.json`; runs written before `task` and `dataset` existed read as QA runs."""
-    path = Path(path)
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(path, f"line {e.lineno}, column {e.colno}", f"invalid JSON ({e.msg})") from None
-    if not isinstance(results, dict):
-        raise DataFormatError(path, "top level", f"expected a JSON object, got {type(results).__name__}")
-    task = results.get("task", "qa")
-    if task not in TASKS:
-        raise DataFormatError(path, "field 'task'", f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    run = RunResult(system_name(results), str(results.get("dataset") or path.parent.name), task, results.get("parameters"), path=str(path))
-    if task == "beir":
-        run.metrics = {str(k): float(v) for k, v in _require(results, "metrics", dict, path).items()}
-    else:
-        run.top_k = {str(k): float(v) for k, v in _require(results, "top_k", dict, path).items()}
-    if task == "entity_questions":
-        run.relations = {rel: r.get("top_k", {}) for rel, r in _require(results, "relations", dict, path).items()}
-    curve = results.get("top_k_curve", [])
-    if not isinstance(curve, list) or not all(isinstance(v, (int, float)) for v in curve):
-        raise DataFormatError(path, "field 'top_k_curve'", "expected a list of numbers")
-    run.curve = [float(v) for v in curve]
-    return run
-
-
-def find_results(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The results files named, or found under the directories named. A directory holding a
-    `results.json` is one run: what lies below it (per-relation files, indexes) is not searched."""
-    found: list[Path] = []
-    for given in paths:
-        path = Path(given)
-        if path.is_file():
-            found.append(path)
-        elif path.is_dir():
-            found += _walk(path)
-        else:
-            raise FileNotFoundError(f"no results file or directory: {path}")
-    if not found:
-        raise FileNotFoundError(f"no {RESULTS_FILE} under {', '.join(str(p) for p in paths)}")
-    return found
-
-
-def _walk(directory: Path) -> list[Path]:
-    if (directory / RESULTS_FILE).is_file():
-        return [directory / RESULTS_FILE]
-    return [f for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")) for f in _walk(sub)]
-
-
-def read_runs(paths: Iterable[str | os.PathLike]) -> list[RunResult]:
-    """The runs of `find_results(paths)`; two runs of one system on one dataset are an error."""
-    runs = [read_run(p) for p in find_results(paths)]
-    seen: dict[tuple[str, str], RunResult] = {}
-    for run in runs:
-        other = seen.setdefault((run.system, run.dataset), run)
-        if other is not run:
-            raise ValueError(f"two runs of {run.system!r} on {run.dataset!r}: {other.path} and {run.path}; "
-                             "give one of them another name (evaluate.py name=...)")
-    return runs
-
-
-def check_beir_metrics(names: Sequence[str]) -> None:
-    unknown = [m for m in names if m not in BEIR_METRICS]
-    if unknown:
-        raise ValueError(f"unknown BEIR metric(s) {unknown}; expected some of {', '.join(BEIR_METRICS)}")
+SIGNIFICANT = "†"
 
 
 def _in_order(values: Iterable[str]) -> list[str]:
@@ -159,38 +61,75 @@ def _columns(runs: Sequence[RunResult], ks: Sequence[int | str], beir_metrics: S
     return columns
 
 
-def _cell(run: RunResult | None, metric: str) -> str:
-    if run is None:
+def _number(value: float, metric: str) -> str:
+    return f"{value:.1f}" if metric.startswith("top-") else f"{value:.3f}"
+
+
+def _cell(comparison: Comparison, system: str, dataset: str, metric: str) -> str:
+    """"56.4", or with seeds "56.4 ± 0.3", with an interval "... [54.2, 58.6]", and † when significant."""
+    cell = comparison.cells.get((system, dataset, metric))
+    if cell is None:
         return "–"
-    if metric.startswith("top-"):
-        value = run.top_k.get(metric.removeprefix("top-"))
-        return "–" if value is None else f"{value:.1f}"
-    value = run.metrics.get(metric)
-    return "–" if value is None else f"{value:.3f}"
+    text = _number(cell.spread.mean, metric)
+    if cell.spread.std is not None:
+        text += " ± " + _number(cell.spread.std, metric)
+    if cell.interval is not None:
+        text += f" [{_number(cell.interval[0], metric)}, {_number(cell.interval[1], metric)}]"
+    return text + (f" {SIGNIFICANT}" if cell.significant else "")
 
 
-def markdown_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100), beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """Rows: systems (in order of first appearance); columns: each dataset's top-k (QA,
-    EntityQuestions: its macro average) or BEIR metrics, the parameter count, then any `extra`."""
+def _table_stats(runs: Sequence[RunResult], ks, beir_metrics, stats: StatsSettings | None) -> tuple[list[tuple[str, str, str]], Comparison]:
     check_beir_metrics(beir_metrics)
-    by = {(r.system, r.dataset): r for r in runs}
-    systems = _in_order(r.system for r in runs)
     columns = _columns(runs, ks, beir_metrics)
+    return columns, compare(runs, [(d, m) for d, m, _ in columns], stats)
+
+
+def markdown_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100), beir_metrics: Sequence[str] = ("nDCG@10",),
+                   stats: StatsSettings | None = None, comparison: Comparison | None = None) -> str:
+    """Rows: systems (in order of first appearance); columns: each dataset's top-k (QA,
+    EntityQuestions: its macro average) or BEIR metrics, the seeds (when any run records one), the
+    parameter count, then any `extra`. `comparison`: `compare`'s result for these columns, when made already."""
+    columns, made = _table_stats(runs, ks, beir_metrics, stats) if comparison is None else (_columns(runs, ks, beir_metrics), comparison)
+    systems = _in_order(r.system for r in runs)
     extras = _in_order(key for r in runs for key in r.extra)
-    head = ["system", *(c[2] for c in columns), "parameters", *extras]
+    with_seeds = any(r.seed is not None for r in runs)
+    head = ["system", *(c[2] for c in columns), *(["seeds"] if with_seeds else []), "parameters", *extras]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system in systems:
         mine = [r for r in runs if r.system == system]
         params = next((r.parameters for r in mine if r.parameters is not None), None)
         extra = {k: v for r in mine for k, v in r.extra.items()}
-        cells = [system, *(_cell(by.get((system, d)), m) for d, m, _ in columns), _fmt_params(params), *(extra.get(k, "–") for k in extras)]
+        seeds = [str(made.seeds[system]) if made.seeded.get(system) else "–"] if with_seeds else []
+        cells = [system, *(_cell(made, system, d, m) for d, m, _ in columns), *seeds, _fmt_params(params), *(extra.get(k, "–") for k in extras)]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                      beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Each system's difference from the baseline (seed-averaged, per question) with its Holm-adjusted p-value."""
+    if not comparison.tests:
+        return ""
+    columns = [c for c in _columns(runs, ks, beir_metrics) if any(k[1:] == c[:2] and v.p is not None for k, v in comparison.cells.items())]
+    head = ["system", *(f"Δ {c[2]}" for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in _in_order(r.system for r in runs):
+        cells = []
+        for dataset, metric, _ in columns:
+            cell = comparison.cells.get((system, dataset, metric))
+            if cell is None or cell.p_holm is None:
+                cells.append("–")
+            else:
+                sign = "+" if cell.delta >= 0 else "−"
+                cells.append(f"{sign}{_number(abs(cell.delta), metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
+        if system != comparison.settings.baseline:
+            lines.append("| " + " | ".join([system, *cells]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def relations_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100)) -> str:
     """EntityQuestions per relation: rows relations then the macro average; columns each system's top-k."""
-    eq = [r for r in runs if r.task == "entity_questions"]
+    eq = _seed_means([r for r in runs if r.task == "entity_questions"])
     if not eq:
         return ""
     relations = _in_order(rel for r in eq for rel in r.relations)
@@ -205,6 +144,21 @@ def relations_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 10
         lines.append("| " + " | ".join([rel, *(value(r.relations.get(rel, {}), k) for r in eq for k in ks)]) + " |")
     lines.append("| " + " | ".join(["**macro average**", *(value(r.top_k, k) for r in eq for k in ks)]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _seed_means(runs: Sequence[RunResult]) -> list[RunResult]:
+    """One run per system: its runs' top-k per relation and macro top-k averaged over seeds."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(run.system, []).append(run)
+
+    def mean(dicts: list[dict]) -> dict:
+        keys = _in_order(k for d in dicts for k in d)
+        return {k: sum(d[k] for d in dicts if k in d) / sum(1 for d in dicts if k in d) for k in keys}
+
+    return [RunResult(system, mine[0].dataset, mine[0].task, top_k=mean([r.top_k for r in mine]),
+                      relations={rel: mean([r.relations[rel] for r in mine if rel in r.relations]) for rel in _in_order(x for r in mine for x in r.relations)})
+            for system, mine in groups.items()]
 
 
 def plot_file_name(dataset: str) -> str:
@@ -224,14 +178,26 @@ def plot_curves(runs: Sequence[RunResult], dataset: str, path: str | os.PathLike
         log.info("%s: no run has a top-k curve; no plot", dataset)
         return None
     task = mine[0].task
+    groups: dict[str, list[list[float]]] = {}
+    for run in mine:
+        groups.setdefault(run.system, []).append(run.curve)
+    spread = False
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     try:
-        for run in mine:
-            ax.plot(range(1, len(run.curve) + 1), run.curve, label=run.system, linewidth=1.6)
+        for system, curves in groups.items():
+            length = min(len(c) for c in curves)
+            ks = range(1, length + 1)
+            mean = [sum(c[i] for c in curves) / len(curves) for i in range(length)]
+            label = system if len(curves) == 1 else f"{system} (mean of {len(curves)} seeds)"
+            (line,) = ax.plot(ks, mean, label=label, linewidth=1.6)
+            if len(curves) > 1:  # the spread over seeds: shaded from the lowest to the highest run at each k
+                ax.fill_between(ks, [min(c[i] for c in curves) for i in range(length)], [max(c[i] for c in curves) for i in range(length)],
+                                color=line.get_color(), alpha=0.2, linewidth=0)
+                spread = True
         ax.set_xlabel("k (passages retrieved)")
         ax.set_ylabel("queries with a relevant passage in the top k (%)" if task == "beir" else
                       "top-k accuracy (%)" + (", macro average" if task == "entity_questions" else ""))
-        ax.set_title(f"{dataset}: top-k accuracy")
+        ax.set_title(f"{dataset}: top-k accuracy" + (" (shaded: min-max over seeds)" if spread else ""))
         ax.set_xlim(1, max(len(r.curve) for r in mine))
         ax.grid(True, alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
@@ -245,10 +211,19 @@ def plot_curves(runs: Sequence[RunResult], dataset: str, path: str | os.PathLike
 
 
 def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequence[int | str] = (20, 100),
-                    beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results") -> str:
-    text = f"# {title}\n\n" + markdown_table(runs, ks, beir_metrics)
+                    beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results",
+                    stats: StatsSettings | None = None, comparison: Comparison | None = None) -> str:
+    if comparison is None:
+        comparison = _table_stats(runs, ks, beir_metrics, stats)[1]
+    text = f"# {title}\n\n" + markdown_table(runs, ks, beir_metrics, comparison=comparison)
     text += ("\nTop-k: % of questions with an answer in the first k passages (EntityQuestions: the macro average over relations). "
-             "BEIR: fractions, computed by pytrec_eval with BEIR's conventions.\n")
+             "BEIR: fractions, computed by pytrec_eval with BEIR's conventions.")
+    explained = note(comparison)
+    text += "\n" + ("".join(f"\n- {part}" for part in explained) + "\n" if explained else "")
+    differences = differences_table(runs, comparison, ks, beir_metrics)
+    if differences:
+        text += (f"\n## Paired differences against {comparison.settings.baseline}\n\n" + differences
+                 + "\nΔ: the system's figure minus the baseline's (per question, seeds averaged); p: Holm-adjusted.\n")
     relations = relations_table(runs, ks)
     if relations:
         text += "\n## EntityQuestions by relation\n\n" + relations
@@ -260,19 +235,20 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
 
 
 def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequence[int | str] = (20, 100),
-                 beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results") -> dict:
+                 beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results", stats: StatsSettings | None = None) -> dict:
     """`out_dir/report.md` and a `topk-<dataset>.png` per dataset with curves; returns
-    {"report": path, "plots": {dataset: path}, "markdown": text}. The plots are written first,
-    the markdown last."""
+    {"report": path, "plots": {dataset: path}, "markdown": text, "comparison": the statistics}.
+    The statistics are computed first (a bad baseline stops before any file is written), then the
+    plots, the markdown last."""
     if not runs:
         raise ValueError("no runs to report")
-    check_beir_metrics(beir_metrics)
+    comparison = _table_stats(runs, ks, beir_metrics, stats)[1]
     out = Path(out_dir)
     plots: dict[str, str] = {}
     for dataset in _in_order(r.dataset for r in runs):
         if plot_curves(runs, dataset, out / plot_file_name(dataset)) is not None:
             plots[dataset] = plot_file_name(dataset)
-    text = report_markdown(runs, plots, ks, beir_metrics, title)
+    text = report_markdown(runs, plots, ks, beir_metrics, title, comparison=comparison)
     with atomic_open(out / "report.md") as f:
         f.write(text)
-    return {"report": str(out / "report.md"), "plots": {d: str(out / f) for d, f in plots.items()}, "markdown": text}
+    return {"report": str(out / "report.md"), "plots": {d: str(out / f) for d, f in plots.items()}, "markdown": text, "comparison": comparison}

@@ -16,7 +16,8 @@ from taser.data.passages import Passage
 from taser.data.qa import QAPair
 from taser.data.retrieval_json import write_retrieval_results
 from taser.evaluation.answers import has_answer
-from taser.evaluation.topk import CURVE_K, DEFAULT_KS, format_topk, top_k_accuracy
+from taser.evaluation.per_query import PER_QUERY_FILE, qa_records, write_per_query
+from taser.evaluation.topk import CURVE_K, DEFAULT_KS, accuracy_from_ranks, first_hit_ranks, format_topk
 from taser.io import atomic_open
 
 Ranked = Sequence[tuple[str, float]]
@@ -49,6 +50,9 @@ def evaluate_retrieval(
     retrieval_file: str = "retrieval.json",
     results_file: str | None = "results.json",
     passages: dict[str, Passage] | None = None,
+    per_query_file: str | None = PER_QUERY_FILE,
+    ids: Sequence[str] | None = None,
+    ranks_out: list | None = None,
 ) -> dict:
     """Top-k accuracy of `retrieved` (per question: (passage id, score) best first).
 
@@ -56,14 +60,23 @@ def evaluate_retrieval(
     returns the results: `meta`, the question count, `top_k` at `ks` and `top_k_curve`, the
     accuracy at k = 1..`curve_k` (for the report's plots). `passages`: the retrieved passages,
     when the caller has read them already (several evaluations over one large corpus).
+
+    `out_dir/<per_query_file>` (unless None; `taser.evaluation.per_query`): each question's id
+    (`ids`, default its 0-based position) and the rank of its first passage with an answer.
+    `ranks_out`, when given, is extended by those ranks (a caller that writes its own file).
     """
     if len(qa) != len(retrieved):
         raise ValueError(f"{len(qa)} questions but {len(retrieved)} result lists")
     if passages is None:
         passages = fetch_passages(passages_tsv, {pid for ranked in retrieved for pid, _ in ranked})
+    if ids is not None and len(ids) != len(qa):
+        raise ValueError(f"{len(qa)} questions but {len(ids)} ids")
     hits = judge(qa, retrieved, passages, match)
-    acc = top_k_accuracy(hits, ks)
-    curve = top_k_accuracy(hits, range(1, curve_k + 1))
+    ranks = first_hit_ranks(hits)
+    acc = accuracy_from_ranks(ranks, ks)
+    curve = accuracy_from_ranks(ranks, range(1, curve_k + 1))
+    if ranks_out is not None:
+        ranks_out.extend(ranks)
     out = Path(out_dir)
     if write_json:
         records = (
@@ -80,6 +93,9 @@ def evaluate_retrieval(
         write_retrieval_results(out / retrieval_file, records)
     results = {**(meta or {}), "questions": len(qa), "match": match, "top_k": {str(k): round(v, 2) for k, v in acc.items()}, "summary": format_topk(acc),
                "top_k_curve": [round(curve[k], 2) for k in range(1, curve_k + 1)]}
+    if per_query_file is not None:
+        write_per_query(out / per_query_file, qa_records(ids if ids is not None else [str(i) for i in range(len(qa))], ranks))
+        results["per_query_file"] = per_query_file
     if results_file is not None:
         with atomic_open(out / results_file) as f:
             json.dump(results, f, indent=2)

@@ -8,6 +8,22 @@ DEFAULT_KS = (1, 5, 20, 100)
 CURVE_K = 100  # results.json keeps the accuracy at every k up to this, for the report's curves
 
 
+def first_hit_ranks(hits: Sequence[Sequence[bool]]) -> list[int | None]:
+    """Per question, the 1-based rank of its first passage with an answer (None: none retrieved);
+    a question is a hit at k exactly when its rank is at most k."""
+    return [next((i + 1 for i, h in enumerate(q) if h), None) for q in hits]
+
+
+def accuracy_from_ranks(ranks: Sequence[int | None], ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]:
+    """Top-k accuracy in percent, for each k in `ks`, from each question's first-hit rank."""
+    if not ranks:
+        raise ValueError("top-k accuracy of no questions")
+    if any(k < 1 for k in ks):
+        raise ValueError(f"k must be positive, got {list(ks)}")
+    n = len(ranks)
+    return {k: 100.0 * sum(1 for r in ranks if r is not None and r <= k) / n for k in sorted(ks)}
+
+
 def top_k_accuracy(hits: Sequence[Sequence[bool]], ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]:
     """Top-k accuracy in percent, for each k in `ks`.
 
@@ -16,12 +32,7 @@ def top_k_accuracy(hits: Sequence[Sequence[bool]], ks: Sequence[int] = DEFAULT_K
     """
     if not hits:
         raise ValueError("top-k accuracy of no questions")
-    if any(k < 1 for k in ks):
-        raise ValueError(f"k must be positive, got {list(ks)}")
-    # Rank of each question's first hit (None: no hit at all); hit at k <=> rank < k.
-    first = [next((i for i, h in enumerate(q) if h), None) for q in hits]
-    n = len(hits)
-    return {k: 100.0 * sum(1 for r in first if r is not None and r < k) / n for k in sorted(ks)}
+    return accuracy_from_ranks(first_hit_ranks(hits), ks)
 
 
 def format_topk(acc: dict[int, float]) -> str:

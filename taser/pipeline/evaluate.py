@@ -19,6 +19,8 @@ from pathlib import Path
 from taser.choice import Choice
 from taser.data.qa import read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
+from taser.evaluation.runs import system_name
+from taser.pipeline.provenance import training_provenance
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule, fuse_many
 from taser.retrieval.index_types import SearchSettings
@@ -118,6 +120,7 @@ def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: 
     seconds = time.perf_counter() - start
     meta = {
         "model": str(s.checkpoint),
+        **training_provenance(s.checkpoint),
         "index": str(index_dir),
         **({"search": s.search.given()} if s.search.given() else {}),
         "model_type": model.config.model_type,
@@ -154,7 +157,7 @@ def retrieve(settings: RetrieverSettings, questions: list[str], passages_tsv, k:
         return retrieved, {"retriever": "dense", **meta, "questions_per_s": _questions_per_s(len(questions), seconds)}
     if s.retriever == Retriever.bm25:
         retrieved, meta, seconds = _bm25_results(s, passages_tsv, questions, k, work_dir)
-        return retrieved, {"retriever": "bm25", "bm25": meta, "questions_per_s": _questions_per_s(len(questions), seconds)}
+        return retrieved, {"retriever": "bm25", "seed": None, "bm25": meta, "questions_per_s": _questions_per_s(len(questions), seconds)}
     n = s.candidates or k
     dense, dense_meta, dense_seconds = _dense_results(s, passages_tsv, questions, n, work_dir)
     sparse, bm25_meta, bm25_seconds = _bm25_results(s, passages_tsv, questions, n, work_dir)
@@ -173,13 +176,20 @@ def qa_dataset_name(qa_file: str | os.PathLike) -> str:
     return name
 
 
+def with_system(head: dict, meta: dict) -> dict:
+    """`results.json`'s leading fields: the task's `head`, the retriever's `meta` (with the checkpoint's
+    training seed), and `system`, the name the report groups the runs of one system by (over seeds)."""
+    fields = {**head, **meta}
+    return {**fields, "system": system_name(fields)}
+
+
 def evaluate_qa(settings: RetrieverSettings, qa_file, passages_tsv, out_dir, k: int = 100, match: str = "string",
                 dataset: str | None = None, name: str | None = None) -> dict:
     """Top-k accuracy of `settings`' retriever on a QA file; writes `out_dir/retrieval.json` and `results.json`."""
     qa = list(read_qa(qa_file))
     retrieved, meta = retrieve(settings, [q.question for q in qa], passages_tsv, k, out_dir)
     head = {"task": "qa", "dataset": dataset or qa_dataset_name(qa_file), **({"name": name} if name else {})}
-    results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta={**head, **meta})
+    results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=with_system(head, meta))
     log.info("%s (%s): %s", qa_file, meta["retriever"], results["summary"])
     return results
 

@@ -23,11 +23,12 @@ from taser.data.beir import beir_files, read_beir_split, write_beir_passages
 from taser.data.entity_questions import DATASET as ENTITY_QUESTIONS
 from taser.data.entity_questions import read_entity_questions
 from taser.data.trec import write_trec_run
-from taser.evaluation.ir_metrics import drop_identical_ids, evaluate_qrels, success_curve
+from taser.evaluation.ir_metrics import drop_identical_ids, evaluate_qrels, per_query_metrics, success_curve
+from taser.evaluation.per_query import PER_QUERY_FILE, beir_records, qa_records, write_per_query
 from taser.evaluation.retrieval_eval import evaluate_retrieval, fetch_passages
 from taser.evaluation.topk import CURVE_K, DEFAULT_KS, format_topk
 from taser.io import atomic_open
-from taser.pipeline.evaluate import RetrieverSettings, retrieve, with_bm25_dir
+from taser.pipeline.evaluate import RetrieverSettings, retrieve, with_bm25_dir, with_system
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +95,15 @@ def evaluate_beir(
     dropped = 0
     if ignore_identical_ids:
         run, dropped = drop_identical_ids(run)
-    metrics = evaluate_qrels(run, qrels, ks=BEIR_KS)
+    scores = per_query_metrics(run, qrels, ks=BEIR_KS)
+    metrics = evaluate_qrels(run, qrels, ks=BEIR_KS, scores=scores)
     curve = success_curve(run, qrels, CURVE_K)
     out = Path(out_dir)
     write_trec_run(out / RUN_FILE, run, tag=f"taser-{meta['retriever']}")
+    write_per_query(out / PER_QUERY_FILE, beir_records(scores))
     scored = metrics.pop("queries")
     results = {
-        **_head("beir", dataset or files.name, split, name),
-        **meta,
+        **with_system(_head("beir", dataset or files.name, split, name), meta),
         "queries": len(qids),
         "queries_scored": scored,
         "documents": counts["documents"],
@@ -111,6 +113,7 @@ def evaluate_beir(
         "metrics": {key: round(value, 5) for key, value in metrics.items()},
         "top_k_curve": [round(v, 2) for v in curve],
         "run_file": RUN_FILE,
+        "per_query_file": PER_QUERY_FILE,
         "summary": " / ".join(f"{key} {metrics[key]:.4f}" for key in BEIR_HEADLINE),
     }
     with atomic_open(out / "results.json") as f:
@@ -141,27 +144,30 @@ def evaluate_entity_questions(
     qa = [q for pairs in relations.values() for q in pairs]
     retrieved, meta = retrieve(settings, [q.question for q in qa], passages_tsv, k, out_dir)
     passages = fetch_passages(passages_tsv, {pid for ranked in retrieved for pid, _ in ranked})
-    per_relation, start = {}, 0
+    per_relation, start, ranks = {}, 0, []
     for relation, pairs in relations.items():
         part = retrieved[start : start + len(pairs)]
         start += len(pairs)
         per_relation[relation] = evaluate_retrieval(
             pairs, part, passages_tsv, Path(out_dir) / "retrieval", match, write_json=write_json,
-            retrieval_file=f"{relation}.{split}.json", results_file=None, passages=passages,
+            retrieval_file=f"{relation}.{split}.json", results_file=None, passages=passages, per_query_file=None, ranks_out=ranks,
         )
+    # a question's id: <relation>:<its 0-based position in the relation's file>
+    ids = [f"{relation}:{i}" for relation, pairs in relations.items() for i in range(len(pairs))]
+    write_per_query(Path(out_dir) / PER_QUERY_FILE, qa_records(ids, ranks, [rel for rel, pairs in relations.items() for _ in pairs]))
     n = len(per_relation)
     macro = {str(kk): sum(r["top_k"][str(kk)] for r in per_relation.values()) / n for kk in DEFAULT_KS}
     curve = [sum(r["top_k_curve"][i] for r in per_relation.values()) / n for i in range(CURVE_K)]
     micro = {str(kk): sum(r["top_k"][str(kk)] * r["questions"] for r in per_relation.values()) / len(qa) for kk in DEFAULT_KS}
     results = {
-        **_head("entity_questions", ENTITY_QUESTIONS, split, name),
-        **meta,
+        **with_system(_head("entity_questions", ENTITY_QUESTIONS, split, name), meta),
         "questions": len(qa),
         "match": match,
         "relations": {rel: {"questions": r["questions"], "top_k": r["top_k"]} for rel, r in per_relation.items()},
         "top_k": {kk: round(v, 2) for kk, v in macro.items()},
         "top_k_micro": {kk: round(v, 2) for kk, v in micro.items()},
         "top_k_curve": [round(v, 2) for v in curve],
+        "per_query_file": PER_QUERY_FILE,
         "summary": f"macro average over {n} relations: " + format_topk({int(kk): v for kk, v in macro.items()}),
     }
     with atomic_open(Path(out_dir) / "results.json") as f:

@@ -13,7 +13,8 @@ from omegaconf import MISSING
 
 from taser.choice import Choice
 from taser.data.config import DataConfig, Match
-from taser.evaluation.report import check_beir_metrics
+from taser.evaluation.comparison import StatsSettings
+from taser.evaluation.runs import check_beir_metrics
 from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever, RetrieverSettings
@@ -160,13 +161,21 @@ class ReportJob:
     ks: list[int] = field(default_factory=lambda: [20, 100])  # top-k columns of QA and EntityQuestions datasets
     beir_metrics: list[str] = field(default_factory=lambda: ["nDCG@10"])  # columns of BEIR datasets
     title: str = "Retrieval results"
+    baseline: str | None = None  # a system's name: every other system is tested against it on the per-question outcomes (marked †)
+    alpha: float = 0.05  # significance level after Holm's correction over the table's comparisons
+    resamples: int = 10_000  # of the paired randomization test and of the bootstrap intervals
+    bootstrap: bool = True  # 95% bootstrap intervals over questions in each cell (runs with per_query.jsonl)
 
     def __post_init__(self):
+        self.stats_settings()  # alpha and resamples checked here
         if not self.runs:
             raise ValueError("runs=[...] needs at least one results.json file or directory")
         if any(k < 1 for k in self.ks):
             raise ValueError(f"ks must be >= 1, got {list(self.ks)}")
         check_beir_metrics(self.beir_metrics)
+
+    def stats_settings(self) -> StatsSettings:
+        return StatsSettings(self.baseline, self.alpha, self.resamples, bootstrap=self.bootstrap)
 
 
 @dataclass

@@ -31,7 +31,8 @@ class TrainConfig:
     grad_accumulation: int = 1
     grad_cache_chunk: int = 0  # >0: gradient caching with chunks of this many sequences
     precision: Precision = Precision.auto  # auto: decided by taser.runtime from the hardware
-    seed: int = 12345
+    seed: int = 12345  # a sweep `-m train.seed=1,2,3` gives one run per seed (output_dir/multirun/...train.seed=N); evaluations record it
+    name: str | None = None  # the system's name in evaluations' results.json and reports, the same for every seed (None: from the model)
     log_every: int = 10
     eval_every: int = 0  # 0: only at the end
     save_every: int = 500  # 0: only at the end

@@ -1,0 +1,99 @@
+"""The report over seeds, end to end on synthetic runs: 2 trained systems x 3 seeds and a seedless
+BM25, each with its per_query.jsonl; mean ± std and n, bootstrap intervals, significance marks
+against a baseline (Holm), the note under the table, the spread in the plot; then scripts/report.py."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from taser.evaluation.comparison import StatsSettings
+from taser.evaluation.report import read_runs, write_report
+from taser.evaluation.topk import accuracy_from_ranks
+
+N = 200
+
+
+def write_run(root, system, ranks, seed=None, parameters=None):
+    out = root / system.replace(" ", "-") / (f"seed-{seed}" if seed is not None else "run")
+    out.mkdir(parents=True)
+    acc = accuracy_from_ranks(ranks, [1, 5, 20, 100])
+    curve = accuracy_from_ranks(ranks, range(1, 101))
+    results = {"task": "qa", "dataset": "SQuAD", "name": system, "retriever": "dense" if seed is not None else "bm25", "seed": seed,
+               "parameters": parameters, "questions": len(ranks), "top_k": {str(k): round(v, 2) for k, v in acc.items()},
+               "top_k_curve": [round(curve[k], 2) for k in range(1, 101)], "per_query_file": "per_query.jsonl"}
+    (out / "results.json").write_text(json.dumps(results))
+    (out / "per_query.jsonl").write_text("".join(json.dumps({"id": str(i), "rank": r}) + "\n" for i, r in enumerate(ranks)))
+    return results
+
+
+@pytest.fixture
+def seeded_runs(tmp_path):
+    rng = np.random.default_rng(0)
+    base = [1 if x < 0.5 else (3 if x < 0.8 else None) for x in rng.random(N)]
+    root = tmp_path / "runs"
+    figures = {}
+    for seed in (1, 2, 3):
+        flip = rng.random(N) < 0.05  # a few questions change with the seed
+        dpr = [(2 if r == 1 else 1) if f and r is not None else r for r, f in zip(base, flip)]
+        figures.setdefault("dpr", []).append(write_run(root, "dpr", dpr, seed, 45_426_432)["top_k"]["1"])
+        better = [1 if rng.random() < 0.9 else r for r in base]  # wins on most questions
+        figures.setdefault("taser", []).append(write_run(root, "taser", better, seed, 25_077_888)["top_k"]["1"])
+    write_run(root, "BM25", base)
+    return root, figures
+
+
+def test_report_over_seeds_marks_significance(seeded_runs, tmp_path):
+    root, figures = seeded_runs
+    runs = read_runs([root])
+    assert len(runs) == 7
+    report = write_report(runs, tmp_path / "report", ks=(1, 5), stats=StatsSettings(baseline="dpr", resamples=2000), title="Seeds")
+    text = report["markdown"]
+    main_table = text.split("## Paired differences")[0]
+    lines = {line.split(" | ")[0].strip("| "): [c.strip() for c in line.strip("|").split("|")[1:]] for line in main_table.splitlines()
+             if line.startswith("| ") and "---" not in line}
+    assert lines["system"] == ["SQuAD top-1", "SQuAD top-5", "seeds", "parameters"]
+    mean, std = np.mean(figures["taser"]), np.std(figures["taser"], ddof=1)
+    cell = lines["taser"][0]
+    assert cell.startswith(f"{mean:.1f} ± {std:.1f} [") and cell.endswith("] †")
+    assert lines["taser"][2:] == ["3", "25.1M"]
+    assert lines["dpr"][0].count("±") == 1 and "†" not in lines["dpr"][0]  # the baseline is not tested against itself
+    assert lines["dpr"][2] == "3"
+    assert "±" not in lines["BM25"][0] and "[" in lines["BM25"][0] and "†" not in lines["BM25"][0]  # seedless: interval only
+    assert lines["BM25"][2] == "–"
+    comparison = report["comparison"]
+    assert comparison.tests == 4  # (taser, BM25) x (top-1, top-5), corrected together
+    taser1 = comparison.cells[("taser", "SQuAD", "top-1")]
+    assert taser1.spread.n == 3 and taser1.spread.mean == pytest.approx(mean) and taser1.spread.std == pytest.approx(std)
+    assert taser1.p_holm < 0.05 and taser1.p_holm >= taser1.p
+    assert comparison.cells[("BM25", "SQuAD", "top-1")].p_holm > 0.05
+    assert "Holm" in text and "3 training seed(s)" in text and "SQuAD: 200" in text and "scipy.stats.permutation_test" in text
+    assert "## Paired differences against dpr" in text
+    # the plot shades the spread over seeds
+    assert (tmp_path / "report" / "topk-SQuAD.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_baseline_and_duplicate_seeds(seeded_runs, tmp_path):
+    root, _ = seeded_runs
+    with pytest.raises(ValueError, match="baseline='nope' is none of the systems"):
+        write_report(read_runs([root]), tmp_path / "r", stats=StatsSettings(baseline="nope"))
+    assert not (tmp_path / "r").exists()
+    dup = root / "dpr" / "seed-1-again"
+    dup.mkdir()
+    for f in ("results.json", "per_query.jsonl"):
+        (dup / f).write_text((root / "dpr" / "seed-1" / f).read_text())
+    with pytest.raises(ValueError, match="two runs of 'dpr' on 'SQuAD' with seed 1"):
+        read_runs([root])
+
+
+def test_report_script_with_a_baseline(seeded_runs, tmp_path):
+    root, _ = seeded_runs
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), f"runs=[{root}]", f"out_dir={out}", "baseline=dpr",
+                           "resamples=999", "ks=[1]"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "†" in proc.stdout and "after Holm's correction over the table's 2 comparison(s)" in proc.stdout
+    assert (out / "report.md").is_file()
