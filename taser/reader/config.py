@@ -1,0 +1,111 @@
+"""The reader's settings (`configs/train_reader.yaml`, `configs/read.yaml`): typed schemas that
+Hydra checks at composition, and `__post_init__` checks before any model or data is loaded.
+No torch here: reading a config stays cheap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from taser.data.config import Match
+from taser.precision import Precision
+
+
+def _check_ints(owner, prefix: str, names: tuple[str, ...], minimum: int) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"{prefix}{name} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass
+class ReaderModelSettings:
+    pretrained: str | None = None  # a BERT-family encoder (local path or hub name); None: the shipped MiniLM
+    init_checkpoint: str | None = None  # continue from a reader checkpoint directory instead (an imported DPR reader too)
+    max_length: int = 256  # tokens of [CLS] question [SEP] title [SEP] passage (DPR: 350)
+    max_question_length: int = 64  # question tokens kept (the passage gets the rest)
+    dropout: float | None = None  # None: the encoder's own (0.1 for BERT and MiniLM)
+
+    def __post_init__(self):
+        _check_ints(self, "model.", ("max_length", "max_question_length"), 1)
+        if self.max_question_length + 8 > self.max_length:
+            raise ValueError(f"model.max_question_length={self.max_question_length} leaves no room for a passage in "
+                             f"model.max_length={self.max_length}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"model.dropout must be in [0, 1) or null, got {self.dropout}")
+
+
+@dataclass
+class ReaderTrainConfig:
+    batch_size: int = 16  # questions per rank per step (DPR: 16)
+    passages: int = 24  # m: one positive and m - 1 negatives per question (DPR: 24)
+    top_n: int = 100  # the positive and negatives come from the retriever's first top_n passages (DPR: 100)
+    max_answers: int = 10  # answer spans of the positive passage marginalised over (DPR: 10)
+    learning_rate: float = 1e-5  # DPR: 1e-5
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0
+    max_steps: int | None = None  # None: epochs x steps per epoch
+    epochs: int = 1
+    grad_clip: float = 2.0
+    precision: Precision = Precision.auto  # auto: decided by taser.runtime from the hardware
+    seed: int = 12345
+    log_every: int = 10
+    save_every: int = 500  # 0: only at the end
+    resume: bool = False
+    progress: bool = True
+    device: str = "auto"
+
+    def __post_init__(self):
+        self.precision = Precision.parse(self.precision, "train.precision")
+        _check_ints(self, "train.", ("batch_size", "passages", "top_n", "max_answers", "epochs", "log_every"), 1)
+        _check_ints(self, "train.", ("warmup_steps", "save_every"), 0)
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"train.max_steps must be >= 1 or null (epochs x steps per epoch), got {self.max_steps}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+
+
+@dataclass
+class TrainReaderJob:
+    model: ReaderModelSettings = field(default_factory=ReaderModelSettings)
+    train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
+    train_file: str = MISSING  # a retrieval JSON of the training questions (scripts/evaluate.py's retrieval.json)
+    match: Match = Match.string  # how has_answer is decided when a ctx lacks it
+    output_dir: str = MISSING
+
+
+@dataclass
+class ReadJob:
+    checkpoint: str = MISSING  # a reader checkpoint directory (train_reader's final/, or an imported DPR reader)
+    retrieval: str = MISSING  # a retrieval JSON (scripts/evaluate.py's retrieval.json)
+    out_dir: str = MISSING
+    ks: list[int] = field(default_factory=lambda: [1, 5, 20, 50, 100])  # passages read: EM/F1 at each
+    match: Match = Match.string  # regex: answers are CuratedTREC patterns
+    max_answer_length: int = 10  # subword tokens (DPR: 10)
+    max_questions: int | None = None  # only the first N questions (None: all)
+    batch_size: int = 32  # passages per forward pass
+    precision: Precision = Precision.auto
+    device: str = "auto"
+    progress: bool = True
+    name: str | None = None  # the system's name in results.json
+
+    def __post_init__(self):
+        self.precision = Precision.parse(self.precision, "precision")
+        self.match = Match.parse(self.match, "match")
+        if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"ks must be a non-empty list of integers >= 1, got {list(self.ks)}")
+        self.ks = sorted(set(self.ks))
+        _check_ints(self, "", ("max_answer_length", "batch_size"), 1)
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ValueError(f"max_questions must be >= 1 or null (all), got {self.max_questions}")
+
+
+def register_schemas() -> None:
+    """Store the schemas in Hydra's ConfigStore as `train_reader_job` and `read_job` (the YAML files list them first)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="train_reader_job", node=TrainReaderJob)
+    store.store(name="read_job", node=ReadJob)
