@@ -12,7 +12,7 @@ import regex
 
 from taser.data.passages import Passage
 from taser.data.qa import read_qa
-from taser.evaluation.answers import SimpleTokenizer, _compile_pattern, has_answer
+from taser.evaluation.answers import SimpleTokenizer, compile_pattern, has_answer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -109,7 +109,7 @@ def test_regex_mode_curatedtrec_patterns():
 
 
 def test_invalid_pattern_warns_once_and_is_a_miss():
-    _compile_pattern.cache_clear()
+    compile_pattern.cache_clear()
     with pytest.warns(UserWarning, match=r"Sn\\\\ě"):
         assert has_answer([r"Sn\ě\žka"], "Sněžka is a mountain", match="regex") is False
     with warnings.catch_warnings():
@@ -139,10 +139,10 @@ def test_curatedtrec_patterns_compile_as_dpr_sees_them():
     qa = list(read_qa(FIXTURES / "curatedtrec-test.qa.tsv"))
     assert len(qa) == 694
     patterns = [a for q in qa for a in q.answers]
-    _compile_pattern.cache_clear()
+    compile_pattern.cache_clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled = {p: _compile_pattern(p) for p in patterns}
+        compiled = {p: compile_pattern(p) for p in patterns}
     broken = [p for p, c in compiled.items() if c is None]
     assert len(broken) == 3 and len(caught) == 3
     assert all("does not compile after NFD" in str(w.message) for w in caught)

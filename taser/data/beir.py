@@ -13,44 +13,21 @@ other corpus.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from taser.data.errors import DataFormatError
+from taser.data.jsonl import json_lines
 from taser.data.passages import Passage, write_passages
-from taser.progress import progress
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
-PROGRESS_LINES = 10_000  # lines between progress updates
 
 
 def _exists(path: str | os.PathLike, what: str) -> None:
     if not os.path.exists(path):
         raise FileNotFoundError(f"BEIR {what} file not found: {path}")
-
-
-def _json_lines(path: str | os.PathLike, desc: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSON-lines file; `desc`: with a progress
-    bar (with ETA) over its bytes under that name."""
-    size = os.path.getsize(path)
-    with open(path, encoding="utf-8") as f, progress(total=size, desc=desc, unit="B", unit_scale=True, enabled=desc is not None) as bar:
-        for line_no, line in enumerate(f, start=1):
-            if line_no % PROGRESS_LINES == 0:
-                bar.update(f.buffer.tell() - bar.n)
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, f"line {line_no}", f"invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(path, f"line {line_no}", f"expected a JSON object, got {type(obj).__name__}")
-            yield line_no, obj
-        bar.update(size - bar.n)
 
 
 def _id(obj: dict, path: str | os.PathLike, line_no: int) -> str:
@@ -81,7 +58,7 @@ def _text_field(obj: dict, name: str, path: str | os.PathLike, line_no: int, req
 def read_beir_corpus(path: str | os.PathLike) -> Iterator[Passage]:
     """Stream the documents of a BEIR `corpus.jsonl` as passages (title may be empty)."""
     _exists(path, "corpus")
-    for line_no, obj in _json_lines(path):
+    for line_no, obj in json_lines(path):
         yield Passage(
             _id(obj, path, line_no),
             _text_field(obj, "text", path, line_no),
@@ -93,7 +70,7 @@ def read_beir_queries(path: str | os.PathLike) -> dict[str, str]:
     """{query id: query text} from a BEIR `queries.jsonl`."""
     _exists(path, "queries")
     queries: dict[str, str] = {}
-    for line_no, obj in _json_lines(path):
+    for line_no, obj in json_lines(path):
         qid = _id(obj, path, line_no)
         if qid in queries:
             raise DataFormatError(path, f"line {line_no}", f"duplicate query id {qid!r}")
@@ -180,7 +157,7 @@ def beir_passages(corpus: str | os.PathLike, stats: dict | None = None) -> Itera
     stats.update(documents=0, title_as_text=0, skipped_empty=0)
     _exists(corpus, "corpus")
     seen: set[str] = set()
-    for line_no, obj in _json_lines(corpus, desc=f"read {Path(corpus).name}"):
+    for line_no, obj in json_lines(corpus, desc=f"read {Path(corpus).name}"):
         p = Passage(_id(obj, corpus, line_no), _text_field(obj, "text", corpus, line_no), _text_field(obj, "title", corpus, line_no, required=False))
         if p.id in seen:
             raise DataFormatError(corpus, f"line {line_no}", f"duplicate document id {p.id!r}")

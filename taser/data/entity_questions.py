@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from taser.data.errors import DataFormatError
+from taser.data.jsonl import json_lines
 from taser.data.qa import QAPair
 
 log = logging.getLogger(__name__)
@@ -78,20 +79,11 @@ def _record(obj, path: Path, where: str) -> QAPair:
 def read_relation_file(path: str | os.PathLike) -> list[QAPair]:
     """The questions of one relation file (`.json`: a list; `.jsonl`: one object per line)."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        pairs = []
-        for line_no, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, f"line {line_no}", f"invalid JSON ({e.msg} at column {e.colno})") from None
-            pairs.append(_record(obj, path, f"line {line_no}"))
+        pairs = [_record(obj, path, f"line {line_no}") for line_no, obj in json_lines(path)]
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise DataFormatError(path, f"line {e.lineno}, column {e.colno}", f"invalid JSON ({e.msg})") from None
         if not isinstance(data, list):

@@ -76,7 +76,7 @@ def _answer_needle(answer: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _compile_pattern(pattern: str) -> re.Pattern | None:
+def compile_pattern(pattern: str) -> re.Pattern | None:
     """Compile an NFD-normalised answer pattern; None (and a warning) if it does not compile."""
     try:
         return re.compile(_nfd(pattern), flags=re.IGNORECASE | re.UNICODE | re.MULTILINE)
@@ -102,7 +102,7 @@ def _has_string_answer(answers: Sequence[str], text: str) -> bool:
 def _has_regex_answer(answers: Sequence[str], text: str) -> bool:
     text = _nfd(text)
     for answer in answers:
-        pattern = _compile_pattern(answer)
+        pattern = compile_pattern(answer)
         if pattern is not None and pattern.search(text) is not None:
             return True
     return False

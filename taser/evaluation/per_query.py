@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from taser.data.errors import DataFormatError
+from taser.data.jsonl import json_lines
 from taser.io import atomic_open
 
 PER_QUERY_FILE = "per_query.jsonl"
@@ -53,17 +54,10 @@ def write_per_query(path: str | os.PathLike, records: Iterable[dict]) -> Path:
 def read_per_query(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, f"line {line_no}", f"invalid JSON ({e.msg})") from None
-            if not isinstance(record, dict) or "id" not in record:
-                raise DataFormatError(path, f"line {line_no}", "expected an object with an 'id'")
-            records.append(record)
+    for line_no, record in json_lines(path):
+        if "id" not in record:
+            raise DataFormatError(path, f"line {line_no}", "expected an object with an 'id'")
+        records.append(record)
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         raise DataFormatError(path, "ids", "an id appears twice")

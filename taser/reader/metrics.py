@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from taser.data.config import Match
-from taser.evaluation.answers import _compile_pattern
+from taser.evaluation.answers import compile_pattern
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", flags=re.UNICODE)
 _PUNCTUATION = set(string.punctuation)
@@ -54,7 +54,7 @@ def f1_score(prediction: str, answers: Sequence[str]) -> float:
 def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
     text = unicodedata.normalize("NFD", prediction)
     for pattern in patterns:
-        compiled = _compile_pattern(pattern)
+        compiled = compile_pattern(pattern)
         if compiled is not None and compiled.match(text) is not None:
             return True
     return False

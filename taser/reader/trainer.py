@@ -32,7 +32,7 @@ from taser.training.checkpoint import has_checkpoint, load_training_state, save_
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.lr_decay import param_groups
 from taser.training.records import PendingStep, read_steps
-from taser.training.trainer import _truncate_log, linear_schedule
+from taser.training.trainer import linear_schedule, truncate_log
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class ReaderTrainer:
         trained = data_parallel(model, find_unused_parameters=False)
         step = self._resume(optimizer, scheduler, scaler)
         if self.dist.is_main:
-            _truncate_log(self.out / "train_log.jsonl", step)
+            truncate_log(self.out / "train_log.jsonl", step)
         history, pending, times = [], [], []
         params = [p for p in model.parameters() if p.requires_grad]
         bar = progress(total=self.total_steps, initial=step, desc="train reader", unit="step", enabled=cfg.progress and self.dist.is_main)

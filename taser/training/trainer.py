@@ -42,7 +42,7 @@ def linear_schedule(optimizer, warmup: int, total: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _truncate_log(path: Path, step: int) -> None:
+def truncate_log(path: Path, step: int) -> None:
     """Keep the log lines of steps up to `step` (those after a checkpoint are redone on resume)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
@@ -185,7 +185,7 @@ class Trainer:
         """`train_log.jsonl` cut back to `step`; TensorBoard's writer (`train.tensorboard`), which
         drops events after `step` left by a killed run."""
         if self.dist.is_main:
-            _truncate_log(self.out / "train_log.jsonl", step)
+            truncate_log(self.out / "train_log.jsonl", step)
             if self.cfg.tensorboard:
                 self._curves = TensorBoardLog(self.out, step)
 
