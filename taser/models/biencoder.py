@@ -11,18 +11,17 @@ block), `model.safetensors` and the tokenizer files.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from taser.io import atomic_dir
 from taser.models.attention import TASER_SDPA, Attention
+from taser.models.checkpoint_files import load_weights, read_config_block, write_checkpoint_files
 from taser.models.config import BiEncoderConfig
 from taser.models.pooling import pool
 from taser.models.pretrained import native_pooling, resolve_pretrained
@@ -194,13 +193,7 @@ class BiEncoder(nn.Module):
 
     def save_into(self, directory: Path, tokenizer=None) -> None:
         """Write the checkpoint files into an existing directory (no atomicity of its own)."""
-        config = self.encoder_config.to_dict()
-        config["taser"] = {"format": CHECKPOINT_FORMAT, **self.config.to_dict()}
-        (Path(directory) / "config.json").write_text(json.dumps(config, indent=2))
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(Path(directory) / "model.safetensors"), metadata={"format": "pt"})
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(directory))
+        write_checkpoint_files(directory, self, self.encoder_config.to_dict(), "taser", CHECKPOINT_FORMAT, self.config.to_dict(), tokenizer)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, expected_type: str | None = None, attention: str = TASER_SDPA) -> BiEncoder:
@@ -208,18 +201,10 @@ class BiEncoder(nn.Module):
         config, raw = read_checkpoint_config(directory)
         if expected_type is not None and config.model_type != expected_type:
             raise ValueError(f"{directory} holds a '{config.model_type}' model, but model_type '{expected_type}' was asked for")
-        weights = directory / "model.safetensors"
-        if not weights.is_file():
-            raise FileNotFoundError(f"checkpoint {directory} has a config.json but no model.safetensors")
         enc_config = AutoConfig.for_model(**raw)
         q = _load_encoder(enc_config, attention)
         p = _load_encoder(enc_config, attention) if config.kind.two_encoders else None
-        model = cls(config, q, p)
-        state = load_file(str(weights))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{directory}/model.safetensors does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        return model
+        return load_weights(cls(config, q, p), directory)
 
 
 class NotACheckpointError(ValueError):
@@ -228,12 +213,8 @@ class NotACheckpointError(ValueError):
 
 def read_checkpoint_config(directory: str | os.PathLike) -> tuple[BiEncoderConfig, dict]:
     """A checkpoint's bi-encoder config and its encoder's Hugging Face config (without loading weights)."""
-    config_file = Path(directory) / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"not a checkpoint directory (no config.json): {directory}")
-    raw = json.loads(config_file.read_text())
-    block = raw.pop("taser", None)
-    if not isinstance(block, dict) or block.pop("format", None) != CHECKPOINT_FORMAT:
+    block, raw, config_file = read_config_block(directory, "taser", CHECKPOINT_FORMAT, "checkpoint")
+    if block is None:
         raise NotACheckpointError(f"{config_file} is not a taser bi-encoder checkpoint (no 'taser' block); to start from a plain encoder use model.pretrained")
     return BiEncoderConfig.from_dict(block), raw
 

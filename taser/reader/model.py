@@ -13,18 +13,17 @@ A reader checkpoint is a directory: the encoder's `config.json` with a `taser_re
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from taser.io import atomic_dir
+from taser.models.checkpoint_files import load_weights, read_config_block, write_checkpoint_files
 from taser.models.pretrained import resolve_pretrained
 
 READER_FORMAT = "taser-reader-1"
@@ -130,26 +129,13 @@ class Reader(nn.Module):
 
     def save_into(self, directory: Path, tokenizer=None) -> None:
         """Write the checkpoint files into an existing directory (no atomicity of its own)."""
-        config = self.encoder_config.to_dict()
-        config[CONFIG_KEY] = {"format": READER_FORMAT, **asdict(self.config)}
-        (Path(directory) / "config.json").write_text(json.dumps(config, indent=2))
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(Path(directory) / "model.safetensors"), metadata={"format": "pt"})
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(directory))
+        write_checkpoint_files(directory, self, self.encoder_config.to_dict(), CONFIG_KEY, READER_FORMAT, asdict(self.config), tokenizer)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Reader:
         directory = Path(directory)
         config, raw = read_reader_config(directory)
-        weights = directory / "model.safetensors"
-        if not weights.is_file():
-            raise FileNotFoundError(f"reader checkpoint {directory} has a config.json but no model.safetensors")
-        model = cls.from_encoder_config(AutoConfig.for_model(**raw), config)
-        missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{weights} does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        return model
+        return load_weights(cls.from_encoder_config(AutoConfig.for_model(**raw), config), directory)
 
 
 class NotAReaderError(ValueError):
@@ -158,12 +144,8 @@ class NotAReaderError(ValueError):
 
 def read_reader_config(directory: str | os.PathLike) -> tuple[ReaderConfig, dict]:
     """A reader checkpoint's settings and its encoder's Hugging Face config (no weights read)."""
-    config_file = Path(directory) / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"not a reader checkpoint directory (no config.json): {directory}")
-    raw = json.loads(config_file.read_text())
-    block = raw.pop(CONFIG_KEY, None)
-    if not isinstance(block, dict) or block.pop("format", None) != READER_FORMAT:
+    block, raw, config_file = read_config_block(directory, CONFIG_KEY, READER_FORMAT, "reader checkpoint")
+    if block is None:
         hint = " (it is a retriever checkpoint)" if "taser" in raw else ""
         raise NotAReaderError(f"{config_file} is not a reader checkpoint (no '{CONFIG_KEY}' block){hint}; train one with "
                               "scripts/train_reader.py or import DPR's with taser.reader.convert.import_dpr_reader")
