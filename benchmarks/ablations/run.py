@@ -14,10 +14,14 @@ normalisation; a trained row costs its training plus one encoding of the 2,141 p
 index and the BM25 negatives are built once and shared; `dpr`'s index serves the hybrid and the
 dense mining.
 
-Resumable: each (row, seed) ends with `<work>/runs/<row>/seed-<s>/eval/results.json` (and its
-per_query.jsonl); a finished pair is skipped, and a killed training continues from its last
-checkpoint (every `--save-every` steps). `results.md` is rewritten from every finished pair at the
-end of each pair: the table against `dpr` and against zero-shot (mean ± std over seeds, bootstrap
+Resumable, across machines and sessions: each finished (row, seed) copies its `results.json`,
+`per_query.jsonl` and `times.json` into `benchmarks/ablations/runs/<row>/seed-<s>/` (`--records`),
+which is committed with the code; a pair recorded there is skipped, and a killed training continues
+from its last checkpoint in `--work` (every `--save-every` steps). Pairs run seed by seed (every row
+at seed 1, then seed 2, ...), so a stopped study has every row at the seeds it finished. A row that
+uses `dpr`'s model (dense mining, hybrid) retrains that seed's `dpr` when its checkpoint is no longer
+in `--work` (training is deterministic at a seed on one machine). `results.md` is rewritten from
+every recorded pair at the end of each pair: the table against `dpr` and against zero-shot (mean ± std over seeds, bootstrap
 intervals over questions, † = significant after Holm), the machine, and the command. The section
 from "## What the study supports" on is kept across re-runs: it is written by hand.
 """
@@ -102,6 +106,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep-checkpoints", action="store_true", help="keep every trained model (default: only dpr's, which later rows use)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "benchmarks" / "ablations")
+    p.add_argument("--records", type=Path, default=Path(__file__).resolve().parent / "runs",
+                   help="finished pairs' results (committed: the study resumes from them anywhere)")
     p.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results.md")
     args = p.parse_args(argv)
     rows = list(args.rows)
@@ -203,11 +209,44 @@ def run_pair(args, data: dict, row: Row, seed: int | None) -> dict:
 
 
 def pairs(args) -> list[tuple[Row, int | None]]:
-    return [(BY_KEY[key], seed) for key in args.rows for seed in (args.seeds if BY_KEY[key].seeded else [None])]
+    """Unseeded rows first, then every row at the first seed, then at the next: a study stopped
+    part-way has all its rows at the seeds it finished."""
+    rows = [BY_KEY[key] for key in args.rows]
+    return [(row, None) for row in rows if not row.seeded] + [(row, seed) for seed in args.seeds for row in rows if row.seeded]
+
+
+def record_dir(args, row: Row, seed: int | None) -> Path:
+    return args.records / row.key / (f"seed-{seed}" if seed is not None else "no-seed")
 
 
 def finished(args, row: Row, seed: int | None) -> bool:
-    return (run_dir(args, row, seed) / "eval" / "results.json").is_file()
+    return (record_dir(args, row, seed) / "results.json").is_file()
+
+
+RECORDED = ("results.json", "per_query.jsonl")
+
+
+def record(args, row: Row, seed: int | None, times: dict) -> None:
+    """Copy a finished pair's evaluation into the records (results.json last: it marks the pair done)."""
+    source = run_dir(args, row, seed) / "eval"
+    target = record_dir(args, row, seed)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "times.json").write_text(json.dumps(times) + "\n")
+    for name in reversed(RECORDED):
+        tmp = target / f".{name}.tmp"
+        shutil.copyfile(source / name, tmp)
+        tmp.replace(target / name)
+
+
+def ensure_dpr(args, data: dict, seed: int) -> None:
+    """That seed's trained `dpr` and its index in `--work`, retrained when a new machine or a
+    cleaned work directory lost them (the recorded results stay as they are)."""
+    dpr = dpr_dir(args, seed)
+    if (dpr / "final" / "model.safetensors").is_file() and (dpr / "eval" / "dense-index" / "index").exists():
+        return
+    log.info("dpr, seed %s: its model is not in %s; training it again for the rows that use it", seed, args.work)
+    shutil.rmtree(dpr, ignore_errors=True)
+    run_pair(args, data, BY_KEY["dpr"], seed)
 
 
 def write_results(args) -> str:
@@ -218,14 +257,14 @@ def write_results(args) -> str:
     done = [(row, seed) for row in ROWS for seed in (args.seeds if row.seeded else [None]) if finished(args, row, seed)]
     if not done:
         return ""
-    runs = read_runs([run_dir(args, row, seed) / "eval" / "results.json" for row, seed in done])
+    runs = read_runs([record_dir(args, row, seed) / "results.json" for row, seed in done])
     names = {r.system for r in runs}
     plot = plot_curves(runs, DATASET, args.results.parent / plot_file_name(DATASET))
     times = {}
     for row, seed in done:
-        record = run_dir(args, row, seed) / "times.json"
-        if record.is_file():
-            times.setdefault(row.name, []).append(json.loads(record.read_text()))
+        recorded = record_dir(args, row, seed) / "times.json"
+        if recorded.is_file():
+            times.setdefault(row.name, []).append(json.loads(recorded.read_text()))
     total = sum(sum(t.values()) for per_row in times.values() for t in per_row)
     seeds_done = sorted({seed for _, seed in done if seed is not None})
     text = [
@@ -272,8 +311,10 @@ def main(argv=None) -> str:
         log.info("%d (row, seed) pairs to run, %d finished already", len(todo), len(pairs(args)) - len(todo))
         for row, seed in todo:
             log.info("=== %s, seed %s ===", row.name, seed)
+            if row.key in NEEDS_DPR:
+                ensure_dpr(args, data, seed)
             times = run_pair(args, data, row, seed)
-            (run_dir(args, row, seed) / "times.json").write_text(json.dumps(times))
+            record(args, row, seed, times)
             write_results(args)
     text = write_results(args)
     print(text)
