@@ -1,7 +1,8 @@
 """Collect the results.json of any set of evaluation runs into one report: a paper-style markdown
 table (systems x datasets, with parameter counts; several seeds of a system: mean ± std and n;
 95% bootstrap intervals over questions; with baseline=..., paired significance marks, Holm-corrected)
-and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded).
+and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Reader runs
+(`scripts/read.py`) add EM@k columns beside their retriever's top-k.
 
 `python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
 `python scripts/report.py 'runs=[outputs/eval]' baseline='dpr (model=dpr/final)'`

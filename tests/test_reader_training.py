@@ -8,6 +8,9 @@ import torch
 from safetensors.torch import load_file
 
 from taser.data.errors import DataFormatError
+from taser.evaluation.per_query import read_per_query
+from taser.evaluation.report import markdown_table
+from taser.evaluation.runs import read_run
 from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, ReadJob, TrainReaderJob
 from taser.reader.pipeline import read, train_reader
 
@@ -125,11 +128,34 @@ def test_configs_compose_and_refuse_mistakes(tmp_path, tiny_pretrained):
 def test_trained_reader_answers_the_questions_it_learned(tmp_path, tiny_pretrained, train_file):
     """Memorising 8 questions catches what a falling loss does not: answer spans labelled one token
     off, start and end swapped, the selection head reading the wrong [CLS], or a span mapped back
-    to the wrong characters would each leave exact match near 0."""
+    to the wrong characters would each leave exact match near 0. The reading then reaches the
+    report: EM beside top-k in the reader's row, named after the retriever whose results.json lies
+    beside the retrieval JSON, with the reader's seed, and per-question outcomes that add up."""
     train_reader(_job(tiny_pretrained, train_file, tmp_path / "run", batch_size=4, passages=6, max_steps=30, save_every=0, log_every=10,
-                      learning_rate=3e-3, warmup_steps=5))
-    eval_file = tmp_path / "eval.json"
-    eval_file.write_text(json.dumps(retrieval_records()[:8]))
-    results = read(ReadJob(str(tmp_path / "run" / "final"), str(eval_file), str(tmp_path / "read"), ks=[6], progress=False, device="cpu",
-                           precision="fp32"))
-    assert results["em"]["6"] >= 87.5, json.loads((tmp_path / "read" / "predictions.json").read_text())
+                      learning_rate=3e-3, warmup_steps=5, seed=7, name="tiny reader"))
+    retrieval = tmp_path / "bm25-eval"
+    retrieval.mkdir()
+    records = retrieval_records()[:8]
+    records[1]["ctxs"] = [c for c in records[1]["ctxs"] if not c["has_answer"]] + records[0]["ctxs"][1:2]  # no answer: EM 0, rank none
+    (retrieval / "retrieval.json").write_text(json.dumps(records))
+    (retrieval / "results.json").write_text(json.dumps({"task": "qa", "dataset": "Machines", "retriever": "bm25", "name": "BM25",
+                                                         "top_k": {"1": 0.0}}))
+    results = read(ReadJob(str(tmp_path / "run" / "final"), str(retrieval / "retrieval.json"), str(tmp_path / "read"), ks=[1, 6],
+                           progress=False, device="cpu", precision="fp32"))
+    assert results["em"]["6"] == 87.5, json.loads((tmp_path / "read" / "predictions.json").read_text())
+    assert (results["name"], results["dataset"], results["retriever"], results["seed"]) == ("tiny reader on BM25", "Machines", "BM25", 7)
+
+    per_query = read_per_query(tmp_path / "read" / "per_query.jsonl")
+    assert [q["id"] for q in per_query] == [str(i) for i in range(8)]
+    assert [q["rank"] for q in per_query] == [r["ctxs"].index(next(c for c in r["ctxs"] if c["has_answer"])) + 1 if i != 1 else None
+                                              for i, r in enumerate(records)]
+    for k in ("1", "6"):
+        assert sum(q[f"EM@{k}"] for q in per_query) / 8 == pytest.approx(results["em"][k])
+        assert sum(q[f"F1@{k}"] for q in per_query) / 8 == pytest.approx(results["f1"][k], abs=1e-3)
+        assert sum(q["rank"] is not None and q["rank"] <= int(k) for q in per_query) / 8 * 100 == pytest.approx(results["top_k"][k])
+
+    run = read_run(tmp_path / "read" / "results.json")
+    assert (run.task, run.system, run.dataset, run.seed, run.metrics["EM@6"]) == ("reader", "tiny reader on BM25", "Machines", 7, 87.5)
+    table = markdown_table([run], ks=[1, 6])
+    assert table.splitlines()[0] == "| system | Machines top-1 | Machines top-6 | Machines EM@1 | Machines EM@6 | seeds | parameters |"
+    assert table.splitlines()[2].startswith(f"| tiny reader on BM25 | {results['top_k']['1']:.1f} [") and " 87.5 [" in table

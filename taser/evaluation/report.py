@@ -50,19 +50,23 @@ def _fmt_params(n: int | None) -> str:
 
 
 def _columns(runs: Sequence[RunResult], ks: Sequence[int | str], beir_metrics: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(dataset, metric, header) of each metric column, datasets in order of first appearance."""
-    kind = {}
+    """(dataset, metric, header) of each metric column, datasets in order of first appearance; a
+    dataset with reader runs has EM@k columns after its top-k ones (the reader rows fill both)."""
+    kinds: dict[str, set[str]] = {}
     for run in runs:
-        kind.setdefault(run.dataset, run.task)
+        kinds.setdefault(run.dataset, set()).add(run.task)
     columns = []
-    for dataset, task in kind.items():
-        metrics = list(beir_metrics) if task == "beir" else [f"top-{k}" for k in ks]
+    for dataset, tasks in kinds.items():
+        metrics = list(beir_metrics) if tasks == {"beir"} else [f"top-{k}" for k in ks]
+        if "reader" in tasks:
+            metrics += [f"EM@{k}" for k in ks]
         columns += [(dataset, m, f"{dataset} {m}") for m in metrics]
     return columns
 
 
 def _number(value: float, metric: str) -> str:
-    return f"{value:.1f}" if metric.startswith("top-") else f"{value:.3f}"
+    """BEIR's metrics are fractions (3 decimals); top-k, EM and F1 are percentages (1 decimal)."""
+    return f"{value:.3f}" if metric in BEIR_METRICS else f"{value:.1f}"
 
 
 def _cell(comparison: Comparison, system: str, dataset: str, metric: str) -> str:
@@ -218,6 +222,9 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     text = f"# {title}\n\n" + markdown_table(runs, ks, beir_metrics, comparison=comparison)
     text += ("\nTop-k: % of questions with an answer in the first k passages (EntityQuestions: the macro average over relations). "
              "BEIR: fractions, computed by pytrec_eval with BEIR's conventions.")
+    if any(r.task == "reader" for r in runs):
+        text += (" EM@k: % of questions whose reader answer, taken from the best of the retriever's first k passages, equals an "
+                 "accepted answer after SQuAD's normalisation (a reader row's top-k: its retriever's on the questions it read).")
     explained = note(comparison)
     text += "\n" + ("".join(f"\n- {part}" for part in explained) + "\n" if explained else "")
     differences = differences_table(runs, comparison, ks, beir_metrics)

@@ -7,7 +7,8 @@ retriever's settings, `parameters` (dense models), `top_k` or `metrics`, `top_k_
 is the run's `name` when given at evaluation, else its training run's `train.name`, else one made
 from its retriever and model (`system_name`, which leaves a seed sweep's `train.seed=N` out of the
 path): the runs of one system over seeds share it, and one system's runs on several datasets share
-a row of the report.
+a row of the report. `scripts/read.py` writes a `reader` run: the retriever's top-k on the questions
+read, and exact match and F1 at each k (`EM@k`, `F1@k` in `metrics`, in %).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from taser.data.errors import DataFormatError
 from taser.evaluation.per_query import PER_QUERY_FILE, read_per_query
 
 RESULTS_FILE = "results.json"
-TASKS = ("qa", "beir", "entity_questions")
+TASKS = ("qa", "beir", "entity_questions", "reader")
 BEIR_METRICS = ("nDCG@10", "nDCG@100", "Recall@10", "Recall@100", "MRR@10")
 
 
@@ -34,7 +35,7 @@ class RunResult:
     task: str = "qa"
     parameters: int | None = None
     top_k: dict[str, float] = field(default_factory=dict)  # qa, entity_questions: percent at k
-    metrics: dict[str, float] = field(default_factory=dict)  # beir: fractions
+    metrics: dict[str, float] = field(default_factory=dict)  # beir: fractions; reader: EM@k and F1@k (%)
     curve: list[float] = field(default_factory=list)  # percent at k = 1..len
     relations: dict[str, dict[str, float]] = field(default_factory=dict)  # entity_questions: relation -> top_k
     extra: dict[str, str] = field(default_factory=dict)  # more columns (the demo's training figures)
@@ -95,6 +96,10 @@ def read_run(path: str | os.PathLike) -> RunResult:
     run = RunResult(system_name(results), str(results.get("dataset") or path.parent.name), task, results.get("parameters"), path=str(path))
     if task == "beir":
         run.metrics = {str(k): float(v) for k, v in _require(results, "metrics", dict, path).items()}
+    elif task == "reader":
+        run.top_k = {str(k): float(v) for k, v in _require(results, "top_k", dict, path).items()}
+        run.metrics = {f"{name}@{k}": float(v) for name, key in (("EM", "em"), ("F1", "f1"))
+                       for k, v in _require(results, key, dict, path).items()}
     else:
         run.top_k = {str(k): float(v) for k, v in _require(results, "top_k", dict, path).items()}
     if task == "entity_questions":

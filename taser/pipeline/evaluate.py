@@ -20,10 +20,10 @@ from taser.choice import Choice
 from taser.data.qa import read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
 from taser.evaluation.runs import system_name
-from taser.pipeline.provenance import training_provenance
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule, fuse_many
 from taser.retrieval.index_types import SearchSettings
+from taser.training.provenance import training_provenance
 
 # torch, transformers and faiss are imported only by the dense paths: BM25 alone starts fast.
 

@@ -51,6 +51,7 @@ class ReaderTrainConfig:
     grad_clip: float = 2.0
     precision: Precision = Precision.auto  # auto: decided by taser.runtime from the hardware
     seed: int = 12345
+    name: str | None = None  # the reader's name in reports (its runs over seeds share it)
     log_every: int = 10
     save_every: int = 500  # 0: only at the end
     resume: bool = False
@@ -89,7 +90,8 @@ class ReadJob:
     precision: Precision = Precision.auto
     device: str = "auto"
     progress: bool = True
-    name: str | None = None  # the system's name in results.json
+    name: str | None = None  # the system's name in results.json (None: "<reader's train.name or 'reader'> on <retriever>")
+    dataset: str | None = None  # None: the dataset of the retrieval's results.json, else the retrieval file's name
 
     def __post_init__(self):
         self.precision = Precision.parse(self.precision, "precision")

@@ -2,9 +2,11 @@
 
 - `train_reader`: a reader trained from a retrieval JSON of training questions;
 - `read`: a retrieval JSON answered at each k asked; writes `predictions.json` (per question: its
-  question, answers, and per k the prediction, passage id, its rank and scores, EM and F1) and
-  `results.json` (EM and F1 at each k, beside the retriever's top-k accuracy on the same
-  questions), both atomically.
+  question, answers, and per k the prediction, passage id, its rank and scores, EM and F1),
+  `per_query.jsonl` (per question: the rank of the first passage holding an answer, and EM@k and
+  F1@k, for paired comparisons) and `results.json` (EM and F1 at each k, beside the retriever's
+  top-k accuracy on the same questions; the dataset, the retriever's system name and the reader's
+  training seed, so that `scripts/report.py` puts EM beside top-k), all atomically.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import logging
 import time
 from pathlib import Path
 
+from taser.evaluation.per_query import PER_QUERY_FILE, write_per_query
+from taser.evaluation.runs import RESULTS_FILE, system_name
 from taser.io import atomic_open
 from taser.reader.config import ReadJob, TrainReaderJob
 from taser.reader.data import read_for_reader, training_set
@@ -23,6 +27,7 @@ from taser.reader.reading import choose, read_passages
 from taser.reader.trainer import ReaderTrainer, ReaderTrainResult
 from taser.runtime import pick_device, precision_record
 from taser.training.distributed import destroy_distributed, init_distributed
+from taser.training.provenance import training_provenance
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,44 @@ def _prediction(record: dict, read, index: int | None, match: str) -> dict:
             "char_start": None if p is None else p.char_start, "char_end": None if p is None else p.char_end, "em": em, "f1": f1}
 
 
+def _retrieval_run(retrieval: str) -> dict:
+    """The `results.json` that `scripts/evaluate.py` wrote beside a retrieval JSON ({} when there is none)."""
+    beside = Path(retrieval).parent / RESULTS_FILE
+    if not beside.is_file():
+        return {}
+    try:
+        found = json.loads(beside.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        log.warning("%s: unreadable; the reader's results name no retriever", beside)
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def describe_reading(job: ReadJob) -> dict:
+    """results.json's identity fields: dataset, retriever, system name (the reader's over the
+    retriever's, without the seed) and the reader's training seed."""
+    retrieval = _retrieval_run(job.retrieval)
+    retriever = system_name(retrieval) if retrieval else Path(job.retrieval).parent.name or Path(job.retrieval).stem
+    provenance = training_provenance(job.checkpoint)
+    reader = provenance.get("train_name") or "reader"
+    return {"dataset": job.dataset or retrieval.get("dataset") or Path(job.retrieval).stem, "retriever": retriever,
+            "name": job.name or f"{reader} on {retriever}", "seed": provenance["seed"]}
+
+
+def per_query_records(records: list[dict], predictions: list[dict], ks: list[int]) -> list[dict]:
+    """One line per question (id: its position in the retrieval JSON, as `evaluate.py`'s per_query
+    ids): the rank of the first passage holding an answer, EM@k and F1@k on results.json's scale (%)."""
+    out = []
+    for i, (record, pred) in enumerate(zip(records, predictions)):
+        rank = next((r + 1 for r, c in enumerate(record["ctxs"][: ks[-1]]) if c.get("has_answer")), None)
+        line = {"id": str(i), "rank": rank}
+        for k in ks:
+            line[f"EM@{k}"] = 100.0 * pred["by_k"][str(k)]["em"]
+            line[f"F1@{k}"] = round(100.0 * pred["by_k"][str(k)]["f1"], 4)
+        out.append(line)
+    return out
+
+
 def read(job: ReadJob) -> dict:
     """Answer `job.retrieval`'s questions at each k of `job.ks`; returns `results.json`'s content."""
     ks = list(job.ks)
@@ -100,16 +143,18 @@ def read(job: ReadJob) -> dict:
                             "passage_id": last["passage_id"], "score": last["score"], "by_k": by_k})
     n = len(records)
     results = {
-        "task": "reader", "name": job.name or Path(job.checkpoint).name, "reader": str(job.checkpoint), "retrieval": str(job.retrieval),
-        "questions": n, "ks": ks, "match": str(job.match), "max_answer_length": job.max_answer_length,
+        "task": "reader", **describe_reading(job), "reader": str(job.checkpoint), "retrieval": str(job.retrieval), "questions": n,
+        "ks": ks, "match": str(job.match), "max_answer_length": job.max_answer_length,
         "em": {str(k): 100 * em[k] / n for k in ks}, "f1": {str(k): 100 * f1[k] / n for k in ks},
         "top_k": {str(k): 100 * top_k[k] / n for k in ks},  # the retriever's accuracy (ctxs' has_answer) on the same questions
         "seconds": seconds, "passages_per_s": sum(len(p) for p in passages) / max(seconds, 1e-9), **runtime,
     }  # fmt: skip
+    results["per_query_file"] = PER_QUERY_FILE
     out = Path(job.out_dir)
     with atomic_open(out / "predictions.json") as f:
         json.dump(predictions, f, indent=2, ensure_ascii=False)
-    with atomic_open(out / "results.json") as f:
+    write_per_query(out / PER_QUERY_FILE, per_query_records(records, predictions, ks))
+    with atomic_open(out / RESULTS_FILE) as f:
         json.dump(results, f, indent=2)
     log.info("%s: EM %s", job.retrieval, format_scores(results))
     return results
