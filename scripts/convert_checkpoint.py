@@ -5,6 +5,8 @@
 `python scripts/convert_checkpoint.py conversion=import_taser source=taser-bert-base-uncased/pytorch_model.bin
     base_model=bert-base-uncased allow_pickle=true output=outputs/converted/taser-bert-base`
 `python scripts/convert_checkpoint.py conversion=export_sentence_transformers source=outputs/train/shared/final output=...`
+`python scripts/convert_checkpoint.py conversion=import_dpr_reader source=checkpoint.reader.nq-single.hf-bert-base.cp
+    base_model=bert-base-uncased allow_pickle=true output=outputs/converted/dpr-reader-nq`
 """
 
 import hydra

@@ -250,3 +250,20 @@ def test_dpr_reader_checkpoint_scores_as_dprs_equations(tmp_path, tiny_pretraine
         import_dpr_reader(bad, tmp_path / "bad-out")
     with pytest.raises(ConversionError, match="exists"):
         import_dpr_reader(path, tmp_path / "imported")
+
+
+def test_dpr_reader_import_through_convert_checkpoint(tmp_path, tiny_pretrained):
+    """`scripts/convert_checkpoint.py conversion=import_dpr_reader` writes the reader the direct import writes."""
+    from safetensors.torch import load_file
+
+    from taser.pipeline.convert import convert_checkpoint
+    from taser.reader.convert import import_dpr_reader
+
+    path, _, _ = _dpr_file(tmp_path, tiny_pretrained)
+    import_dpr_reader(path, tmp_path / "direct")
+    out = convert_checkpoint("import_dpr_reader", path, tmp_path / "converted", max_length=48)
+    direct, converted = load_file(tmp_path / "direct" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert direct.keys() == converted.keys() and all(torch.equal(direct[k], converted[k]) for k in direct)
+    assert json.loads((out / "config.json").read_text())["taser_reader"]["max_length"] == 48
+    with pytest.raises(ValueError, match="ctx_source"):
+        convert_checkpoint("import_dpr_reader", path, tmp_path / "x", ctx_source=str(path))

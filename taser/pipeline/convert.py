@@ -13,6 +13,7 @@ from taser.models.convert.hf_dpr import export_hf_dpr, import_hf_dpr
 from taser.models.convert.output import conversion_progress
 from taser.models.convert.sentence_transformers_dir import export_sentence_transformers
 from taser.models.convert.taser_release import export_taser_release, import_taser_release
+from taser.reader.convert import import_dpr_reader
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ def convert_checkpoint(
     overwrite: bool = False,
 ) -> Path:
     """Run one conversion; the output path. An import writes a checkpoint directory that
-    `load_checkpoint` (and so `encode_passages` and `evaluate`) reads; an export reads one.
+    `load_checkpoint` (and so `encode_passages` and `evaluate`) reads, or, for `import_dpr_reader`,
+    a reader directory that `scripts/read.py` reads; an export reads one.
     A setting the conversion does not use is refused (`check_arguments`)."""
     conversion = check_arguments(conversion, ctx_source, base_model, max_length, allow_pickle)
     with conversion_progress(str(conversion), STEPS[conversion]):
@@ -39,7 +41,8 @@ def convert_checkpoint(
 
 # the steps each conversion reports (`taser.models.convert.output.step`): read (each source file), map, write
 STEPS = {Conversion.import_hf_dpr: 4, Conversion.import_dpr_cp: 3, Conversion.import_taser: 3,
-         Conversion.export_hf_dpr: 2, Conversion.export_sentence_transformers: 2, Conversion.export_taser: 2}  # fmt: skip
+         Conversion.export_hf_dpr: 2, Conversion.export_sentence_transformers: 2, Conversion.export_taser: 2,
+         Conversion.import_dpr_reader: 3}  # fmt: skip
 
 
 def _convert(conversion: Conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite) -> None:
@@ -51,6 +54,8 @@ def _convert(conversion: Conversion, source, output, ctx_source, base_model, max
         import_taser_release(source, output, base_model=base_model, max_length=max_length, allow_pickle=allow_pickle, overwrite=overwrite)
     elif conversion == Conversion.export_hf_dpr:
         export_hf_dpr(source, output, overwrite=overwrite)
+    elif conversion == Conversion.import_dpr_reader:
+        import_dpr_reader(source, output, base_model=base_model, max_length=max_length, allow_pickle=allow_pickle, overwrite=overwrite)
     elif conversion == Conversion.export_sentence_transformers:
         export_sentence_transformers(source, output, overwrite=overwrite)
     else:

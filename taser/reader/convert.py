@@ -15,7 +15,7 @@ import os
 
 from taser.models.convert.dpr_state import base_encoder, read_dpr_checkpoint
 from taser.models.convert.mapping import gather
-from taser.models.convert.output import check_output, output_dir
+from taser.models.convert.output import check_output, output_dir, step
 from taser.models.convert.target import check_tokenizer, is_pooler, tensor_shapes
 from taser.reader.model import Reader, ReaderConfig
 
@@ -42,6 +42,8 @@ def import_dpr_reader(
     source = {n: t for n, t in checkpoint.model_dict.items() if not is_pooler(n)}  # no logit uses the pooler
     shapes = tensor_shapes(model)
     model.load_state_dict(gather(source, {n: n for n in shapes}, shapes, str(checkpoint.path)), strict=True)
+    step("map the tensors")
     with output_dir(output, overwrite) as tmp:
         model.save_into(tmp, tokenizer)
+    step(f"write {output}")
     return model

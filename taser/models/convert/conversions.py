@@ -13,6 +13,7 @@ class Conversion(Choice):
     export_hf_dpr = "export_hf_dpr"  # dpr -> DPRQuestionEncoder + DPRContextEncoder directories
     export_sentence_transformers = "export_sentence_transformers"  # shared or dpr -> a sentence-transformers directory
     export_taser = "export_taser"  # taser -> TASER's layout (pytorch_model.bin)
+    import_dpr_reader = "import_dpr_reader"  # DPR's reader .cp -> a reader checkpoint (scripts/read.py)
 
     @property
     def imports(self) -> bool:
@@ -20,7 +21,7 @@ class Conversion(Choice):
 
 
 NEEDS_CTX_SOURCE = {Conversion.import_hf_dpr}
-TAKES_BASE_MODEL = {Conversion.import_dpr_cp, Conversion.import_taser, Conversion.export_taser}
+TAKES_BASE_MODEL = {Conversion.import_dpr_cp, Conversion.import_taser, Conversion.export_taser, Conversion.import_dpr_reader}
 NEEDS_BASE_MODEL = {Conversion.export_taser}  # written into the file as pretrained_model_cfg, which TASER's code builds from
 
 
