@@ -42,5 +42,6 @@ def test_scripts_end_to_end(tmp_path, tiny_pretrained, train_file):
     # bad input stops with the file, the record and what is wrong
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps([retrieval_records()[0], {"question": "q", "answers": ["a"]}]))
-    err = _script("read.py", f"checkpoint={out / 'final'}", f"retrieval={broken}", f"out_dir={tmp_path / 'x'}", ok=False).stderr
+    err = _script("read.py", f"checkpoint={out / 'final'}", f"retrieval={broken}", f"out_dir={tmp_path / 'x'}", "ks=[1,5]", ok=False).stderr
     assert f"{broken}, record 1: missing field(s) ['ctxs']" in err
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [".hydra"]  # record 0 was read, nothing was written

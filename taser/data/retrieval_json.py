@@ -2,17 +2,19 @@
 
 Each ctx is `{"id", "title", "text", "score", "has_answer"}`. The writer streams records
 one at a time (a run over thousands of questions x 100 passages need not sit in memory) and
-produces the same text as `json.dump(records, indent=4)`.
+produces the same text as `json.dump(records, indent=4)`; `iter_retrieval_results` reads them
+back one at a time (`taser.data.json_stream`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from taser.data.errors import DataFormatError
+from taser.data.json_stream import iter_json_array
 from taser.io import atomic_open
 
 RECORD_KEYS = ("question", "answers", "ctxs")
@@ -59,17 +61,15 @@ def _check_record(record: Any, path: str | os.PathLike, i: int) -> None:
             raise DataFormatError(path, f"{where}, ctx {j}", "expected an object with an 'id'")
 
 
-def read_retrieval_results(path: str | os.PathLike) -> list[dict]:
-    """Load and check a DPR retrieval JSON file."""
+def iter_retrieval_results(path: str | os.PathLike) -> Iterator[dict]:
+    """The checked records of a DPR retrieval JSON file, one at a time (the file is never held whole)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"retrieval results file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        try:
-            records = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataFormatError(path, f"line {e.lineno}, column {e.colno}", f"invalid JSON: {e.msg}") from None
-    if not isinstance(records, list):
-        raise DataFormatError(path, "top level", f"expected a JSON list of records, got {type(records).__name__}")
-    for i, record in enumerate(records):
+    for i, record in enumerate(iter_json_array(path, "a JSON list of records")):
         _check_record(record, path, i)
-    return records
+        yield record
+
+
+def read_retrieval_results(path: str | os.PathLike) -> list[dict]:
+    """Load and check a DPR retrieval JSON file."""
+    return list(iter_retrieval_results(path))

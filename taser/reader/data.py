@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from taser.data.errors import DataFormatError
-from taser.data.retrieval_json import read_retrieval_results
+from taser.data.retrieval_json import iter_retrieval_results
 from taser.evaluation.answers import has_answer
 from taser.reader.inputs import answer_spans, answer_token_ids, encode_passages
 
@@ -35,20 +35,25 @@ def _check_ctxs(path, i: int, record: dict, needed: int | None) -> None:
             raise DataFormatError(path, f"record {i}, ctx {j}", "'title' must be a string")
 
 
-def read_for_reader(path: str | os.PathLike, k: int | None = None, max_questions: int | None = None) -> list[dict]:
-    """The records of retrieval JSON `path` (the first `max_questions`), each with answers and at
-    least `k` passages with text (all of them with text when `k` is None)."""
-    records = read_retrieval_results(path)
-    if max_questions is not None:
-        records = records[:max_questions]
-    for i, record in enumerate(records):
+def iter_for_reader(path: str | os.PathLike, k: int | None = None, max_questions: int | None = None) -> Iterator[dict]:
+    """The records of retrieval JSON `path` (the first `max_questions`), one at a time, each checked
+    to have answers and at least `k` passages with text (all of them with text when `k` is None).
+    Streamed: NQ's training retrieval (58,880 questions x 100 passages) is never held whole."""
+    for i, record in enumerate(iter_retrieval_results(path)):
+        if max_questions is not None and i >= max_questions:
+            return
         if not isinstance(record["question"], str):
             raise DataFormatError(path, f"record {i}", "'question' must be a string")
         answers = record["answers"]
         if not answers or not all(isinstance(a, str) for a in answers):
             raise DataFormatError(path, f"record {i} ({record['question']!r})", f"'answers' must be a non-empty list of strings, got {answers!r}")
         _check_ctxs(path, i, record, k)
-    return records
+        yield record
+
+
+def read_for_reader(path: str | os.PathLike, k: int | None = None, max_questions: int | None = None) -> list[dict]:
+    """`iter_for_reader`'s records as a list."""
+    return list(iter_for_reader(path, k, max_questions))
 
 
 @dataclass
@@ -84,10 +89,9 @@ def training_set(path: str | os.PathLike, tokenizer, top_n: int, max_length: int
     """The training questions of retrieval JSON `path`: per question, its first `top_n` passages
     split into positives and negatives. A question without a positive is skipped and counted
     (no passage holds an answer, or none holds the answer's tokens within `max_length`)."""
-    records = read_for_reader(path)
     questions, skipped = [], {"no positive in the top passages": 0, "answer tokens not found in a positive": 0}
-    shared: dict = {}  # one copy of each passage (by id), whichever questions retrieved it: the records are freed after
-    for record in records:
+    shared: dict = {}  # one copy of each passage (by id), whichever questions retrieved it; each record is dropped once read
+    for record in iter_for_reader(path):
         ctxs = [_compact(c, shared) for c in record["ctxs"][:top_n]]
         holds = [_holds_answer(c, record["answers"], match) for c in ctxs]
         positives = [c for c, h in zip(ctxs, holds) if h]

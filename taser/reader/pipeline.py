@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from taser.data.errors import DataFormatError
 from taser.evaluation.per_query import PER_QUERY_FILE, write_per_query
 from taser.evaluation.runs import RESULTS_FILE, system_name
 from taser.io import atomic_open
+from taser.progress import progress
 from taser.reader.config import ReadJob, TrainReaderJob
-from taser.reader.data import read_for_reader, training_set
+from taser.reader.data import iter_for_reader, training_set
 from taser.reader.metrics import score_prediction
 from taser.reader.model import Reader, load_reader, read_reader_config
 from taser.reader.reading import choose, read_passages
@@ -104,56 +107,74 @@ def describe_reading(job: ReadJob) -> dict:
             "name": job.name or f"{reader} on {retriever}", "seed": provenance["seed"]}
 
 
-def per_query_records(records: list[dict], predictions: list[dict], ks: list[int]) -> list[dict]:
-    """One line per question (id: its position in the retrieval JSON, as `evaluate.py`'s per_query
-    ids): the rank of the first passage holding an answer, EM@k and F1@k on results.json's scale (%)."""
-    out = []
-    for i, (record, pred) in enumerate(zip(records, predictions)):
-        rank = next((r + 1 for r, c in enumerate(record["ctxs"][: ks[-1]]) if c.get("has_answer")), None)
-        line = {"id": str(i), "rank": rank}
-        for k in ks:
-            line[f"EM@{k}"] = 100.0 * pred["by_k"][str(k)]["em"]
-            line[f"F1@{k}"] = round(100.0 * pred["by_k"][str(k)]["f1"], 4)
-        out.append(line)
-    return out
+def _per_query_line(i: int, record: dict, pred: dict, ks: list[int]) -> dict:
+    """Question i's line (id: its position in the retrieval JSON, as `evaluate.py`'s per_query ids):
+    the rank of the first passage holding an answer, EM@k and F1@k on results.json's scale (%)."""
+    rank = next((r + 1 for r, c in enumerate(record["ctxs"][: ks[-1]]) if c.get("has_answer")), None)
+    line = {"id": str(i), "rank": rank}
+    for k in ks:
+        line[f"EM@{k}"] = 100.0 * pred["by_k"][str(k)]["em"]
+        line[f"F1@{k}"] = round(100.0 * pred["by_k"][str(k)]["f1"], 4)
+    return line
+
+
+def _chunks(records: Iterator[dict], size: int) -> Iterator[list[dict]]:
+    chunk: list[dict] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+QUESTIONS_PER_CHUNK = 512  # records held at once: the retrieval JSON is streamed, never loaded whole
 
 
 def read(job: ReadJob) -> dict:
-    """Answer `job.retrieval`'s questions at each k of `job.ks`; returns `results.json`'s content."""
+    """Answer `job.retrieval`'s questions at each k of `job.ks`; returns `results.json`'s content.
+    Nothing is written before every question is read: bad input stops with no output."""
     ks = list(job.ks)
     read_reader_config(job.checkpoint)  # a wrong directory is refused before the data are read
-    records = read_for_reader(job.retrieval, k=max(ks), max_questions=job.max_questions)
     device = pick_device(job.device)
     runtime = precision_record(job.precision, device)
     model, tokenizer = load_reader(job.checkpoint)
-    start = time.perf_counter()
-    passages = read_passages(model, tokenizer, records, max(ks), job.max_answer_length, job.batch_size, runtime["precision"], device,
-                             job.progress)
-    seconds = time.perf_counter() - start
-    predictions, em, f1, top_k = [], dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0)
-    for record, read_list in zip(records, passages):
-        by_k = {}
-        for k in ks:
-            by_k[str(k)] = pred = _prediction(record, read_list, choose(read_list, k), job.match)
-            em[k] += pred["em"]
-            f1[k] += pred["f1"]
-            top_k[k] += any(c.get("has_answer") for c in record["ctxs"][:k])
-        last = by_k[str(ks[-1])]
-        predictions.append({"question": record["question"], "answers": record["answers"], "prediction": last["prediction"],
-                            "passage_id": last["passage_id"], "score": last["score"], "by_k": by_k})
-    n = len(records)
+    predictions, per_query, passages_read, seconds = [], [], 0, 0.0
+    em, f1, top_k = dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0)
+    with progress(desc="read", unit="question", enabled=job.progress) as bar:
+        for chunk in _chunks(iter_for_reader(job.retrieval, k=max(ks), max_questions=job.max_questions), QUESTIONS_PER_CHUNK):
+            start = time.perf_counter()
+            passages = read_passages(model, tokenizer, chunk, max(ks), job.max_answer_length, job.batch_size, runtime["precision"], device,
+                                     show_progress=False)
+            seconds += time.perf_counter() - start
+            passages_read += sum(len(p) for p in passages)
+            for record, read_list in zip(chunk, passages):
+                by_k = {}
+                for k in ks:
+                    by_k[str(k)] = pred = _prediction(record, read_list, choose(read_list, k), job.match)
+                    em[k] += pred["em"]
+                    f1[k] += pred["f1"]
+                    top_k[k] += any(c.get("has_answer") for c in record["ctxs"][:k])
+                last = by_k[str(ks[-1])]
+                predictions.append({"question": record["question"], "answers": record["answers"], "prediction": last["prediction"],
+                                    "passage_id": last["passage_id"], "score": last["score"], "by_k": by_k})
+                per_query.append(_per_query_line(len(per_query), record, predictions[-1], ks))
+            bar.update(len(chunk))
+    n = len(predictions)
+    if not n:
+        raise DataFormatError(job.retrieval, "top level", "no records: nothing to read")
     results = {
         "task": "reader", **describe_reading(job), "reader": str(job.checkpoint), "retrieval": str(job.retrieval), "questions": n,
         "ks": ks, "match": str(job.match), "max_answer_length": job.max_answer_length,
         "em": {str(k): 100 * em[k] / n for k in ks}, "f1": {str(k): 100 * f1[k] / n for k in ks},
         "top_k": {str(k): 100 * top_k[k] / n for k in ks},  # the retriever's accuracy (ctxs' has_answer) on the same questions
-        "seconds": seconds, "passages_per_s": sum(len(p) for p in passages) / max(seconds, 1e-9), **runtime,
+        "seconds": seconds, "passages_per_s": passages_read / max(seconds, 1e-9), **runtime, "per_query_file": PER_QUERY_FILE,
     }  # fmt: skip
-    results["per_query_file"] = PER_QUERY_FILE
     out = Path(job.out_dir)
     with atomic_open(out / "predictions.json") as f:
         json.dump(predictions, f, indent=2, ensure_ascii=False)
-    write_per_query(out / PER_QUERY_FILE, per_query_records(records, predictions, ks))
+    write_per_query(out / PER_QUERY_FILE, per_query)
     with atomic_open(out / RESULTS_FILE) as f:
         json.dump(results, f, indent=2)
     log.info("%s: EM %s", job.retrieval, format_scores(results))
