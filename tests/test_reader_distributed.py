@@ -1,0 +1,51 @@
+"""The reader's trainer under data parallelism: two CPU processes (gloo), each with half of every
+step's questions, must end with the weights of one process that takes the whole batch (the
+retriever's DDP helpers: gradients summed over ranks, each rank its slice of the step's questions).
+The processes meet through a file in the test's tmp_path."""
+
+import json
+import os
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+from test_reader_training import retrieval_records
+
+from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
+from taser.reader.pipeline import train_reader
+
+pytestmark = pytest.mark.slow
+
+
+def _job(pretrained, train_file, out, batch_size):
+    # dropout off: each rank draws its own dropout masks, one process draws others; a large Adam
+    # epsilon keeps updates proportional to gradients (with 1e-8, float noise in a near-zero gradient
+    # becomes a full-size step of either sign)
+    train = ReaderTrainConfig(batch_size=batch_size, passages=3, max_steps=3, save_every=0, log_every=1, learning_rate=1e-3, warmup_steps=1, adam_eps=1e-3,
+                              precision="fp32", device="cpu", progress=False, seed=5)
+    return TrainReaderJob(ReaderModelSettings(pretrained=pretrained, max_length=64, max_question_length=16, dropout=0.0), train, str(train_file),
+                          output_dir=str(out))
+
+
+def _worker(rank, world, init_file, pretrained, train_file, out):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TASER_DIST_INIT=f"file://{init_file}")
+    train_reader(_job(pretrained, train_file, out, batch_size=2))
+
+
+def test_two_reader_processes_match_one(tmp_path, tiny_pretrained):
+    """Would catch ranks reading the same questions, gradients averaged instead of summed, or a rank's
+    slice of the step drawn apart from the single process's order."""
+    train_file = tmp_path / "train.json"
+    train_file.write_text(json.dumps(retrieval_records()))
+    mp.spawn(_worker, args=(2, tmp_path / "dist-init", tiny_pretrained, train_file, tmp_path / "ddp"), nprocs=2, join=True)
+    single = train_reader(_job(tiny_pretrained, train_file, tmp_path / "single", batch_size=4))
+    ddp_log = [json.loads(line) for line in (tmp_path / "ddp" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in ddp_log] == [r["step"] for r in single.history] == [1, 2, 3]
+    for a, b in zip(ddp_log, single.history):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["lr"] == b["lr"]
+    a, b = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors")), load_file(str(tmp_path / "single" / "final" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    assert single.history[-1]["loss"] != single.history[0]["loss"]  # the runs trained
