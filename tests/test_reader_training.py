@@ -39,15 +39,18 @@ def train_file(tmp_path):
     return path
 
 
-def _job(tiny_pretrained, train_file, out, **train):
+def _job(tiny_pretrained, train_file, out, dev_file=None, **train):
     settings = {"batch_size": 2, "passages": 4, "max_steps": 4, "save_every": 2, "log_every": 1, "learning_rate": 1e-3,
                 "precision": "fp32", "device": "cpu", "progress": False, **train}
     return TrainReaderJob(ReaderModelSettings(pretrained=tiny_pretrained, max_length=64, max_question_length=16),
-                          ReaderTrainConfig(**settings), str(train_file), output_dir=str(out))
+                          ReaderTrainConfig(**settings), str(train_file), dev_file=dev_file, output_dir=str(out))
 
 
 def test_resumed_reader_training_ends_with_the_same_weights(tmp_path, tiny_pretrained, train_file, monkeypatch):
-    straight = train_reader(_job(tiny_pretrained, train_file, tmp_path / "straight"))
+    """Also the dev selection: the evaluations after the checkpoint are dropped and made again, and
+    `best` ends as the uninterrupted run's."""
+    dev = {"dev_file": str(train_file), "eval_every": 1, "val_passages": 4}
+    straight = train_reader(_job(tiny_pretrained, train_file, tmp_path / "straight", **dev))
     assert straight.steps == 4 and [r["step"] for r in straight.history] == [1, 2, 3, 4]
     summary = json.loads((tmp_path / "straight" / "train_summary.json").read_text())
     assert summary["questions"] == 8 and summary["skipped"]["no positive in the top passages"] == 1
@@ -64,10 +67,11 @@ def test_resumed_reader_training_ends_with_the_same_weights(tmp_path, tiny_pretr
 
     monkeypatch.setattr(StepSampler, "batch", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        train_reader(_job(tiny_pretrained, train_file, tmp_path / "killed"))
+        train_reader(_job(tiny_pretrained, train_file, tmp_path / "killed", **dev))
     assert not (tmp_path / "killed" / "final").exists()
+    (tmp_path / "killed" / "dev_log.jsonl").open("a").write(json.dumps({"step": 3, "em": 100.0, "f1": 100.0, "questions": 9}) + "\n")  # died after
     monkeypatch.setattr(StepSampler, "batch", batch)
-    resumed = train_reader(_job(tiny_pretrained, train_file, tmp_path / "killed", resume=True))
+    resumed = train_reader(_job(tiny_pretrained, train_file, tmp_path / "killed", resume=True, **dev))
     assert [r["step"] for r in resumed.history] == [3, 4]
     for mine, theirs in zip(resumed.history, straight.history[2:]):
         assert mine["loss"] == theirs["loss"] and mine["lr"] == theirs["lr"]
@@ -77,6 +81,12 @@ def test_resumed_reader_training_ends_with_the_same_weights(tmp_path, tiny_pretr
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
     log = [json.loads(line) for line in (tmp_path / "killed" / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3, 4]
+    dev_logs = [(tmp_path / run / "dev_log.jsonl").read_text() for run in ("straight", "killed")]
+    assert dev_logs[0] == dev_logs[1] and [json.loads(line)["step"] for line in dev_logs[0].splitlines()] == [1, 2, 3, 4]
+    best = [json.loads((tmp_path / run / "train_summary.json").read_text())["dev_best"] for run in ("straight", "killed")]
+    assert best[0] == best[1] and best[0]["questions"] == 9
+    a, b = load_file(str(tmp_path / "straight" / "best" / "model.safetensors")), load_file(str(tmp_path / "killed" / "best" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_training_learns_and_reading_writes_predictions(tmp_path, tiny_pretrained, train_file):
@@ -119,6 +129,9 @@ def test_configs_compose_and_refuse_mistakes(tmp_path, tiny_pretrained):
         assert typed(compose(config_name="read", overrides=["checkpoint=c", "retrieval=r", "out_dir=o"])).ks == [1, 5, 20, 50, 100]
         with pytest.raises(ValueError, match="train.passages must be an integer >= 1"):
             typed(compose(config_name="train_reader", overrides=["train_file=t.json", "train.passages=0"]))
+        with pytest.raises(ValueError, match="train.eval_every=100 needs dev_file"):
+            typed(compose(config_name="train_reader", overrides=["train_file=t.json", "train.eval_every=100"]))
+        assert typed(compose(config_name="train_reader", overrides=["train_file=t.json", "dev_file=d.json", "train.eval_every=100"])).dev_file == "d.json"
         with pytest.raises(ValueError, match="ks must be a non-empty list"):
             typed(compose(config_name="read", overrides=["checkpoint=c", "retrieval=r", "out_dir=o", "ks=[]"]))
     with pytest.raises(ValueError, match="is not a reader checkpoint"):
@@ -132,7 +145,16 @@ def test_trained_reader_answers_the_questions_it_learned(tmp_path, tiny_pretrain
     report: EM beside top-k in the reader's row, named after the retriever whose results.json lies
     beside the retrieval JSON, with the reader's seed, and per-question outcomes that add up."""
     train_reader(_job(tiny_pretrained, train_file, tmp_path / "run", batch_size=4, passages=6, max_steps=30, save_every=0, log_every=10,
-                      learning_rate=3e-3, warmup_steps=5, seed=7, name="tiny reader"))
+                      learning_rate=3e-3, warmup_steps=5, seed=7, name="tiny reader", dev_file=str(train_file), eval_every=5, val_passages=6,
+                      val_max_questions=8))
+    # DPR's checkpoint choice: best/ holds the weights of the highest dev EM, the earliest on a tie
+    dev_log = [json.loads(line) for line in (tmp_path / "run" / "dev_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in dev_log] == [5, 10, 15, 20, 25, 30] and dev_log[0]["em"] < max(r["em"] for r in dev_log)
+    best = max(dev_log, key=lambda r: r["em"])
+    assert json.loads((tmp_path / "run" / "train_summary.json").read_text())["dev_best"] == best
+    reread = read(ReadJob(str(tmp_path / "run" / "best"), str(train_file), str(tmp_path / "read-best"), ks=[6], max_questions=8, progress=False, device="cpu",
+                          precision="fp32"))
+    assert reread["em"]["6"] == pytest.approx(best["em"])
     retrieval = tmp_path / "bm25-eval"
     retrieval.mkdir()
     records = retrieval_records()[:8]

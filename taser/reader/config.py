@@ -54,6 +54,9 @@ class ReaderTrainConfig:
     name: str | None = None  # the reader's name in reports (its runs over seeds share it)
     log_every: int = 10
     save_every: int = 500  # 0: only at the end
+    eval_every: int = 0  # with dev_file: dev EM every N steps and at the end (0: only at the end); the best weights go to best/
+    val_passages: int = 50  # dev questions are answered from their first N passages (DPR: 50)
+    val_max_questions: int | None = None  # only the first N dev questions (None: all)
     resume: bool = False
     progress: bool = True
     device: str = "auto"
@@ -61,7 +64,10 @@ class ReaderTrainConfig:
     def __post_init__(self):
         self.precision = Precision.parse(self.precision, "train.precision")
         _check_ints(self, "train.", ("batch_size", "passages", "top_n", "max_answers", "epochs", "log_every"), 1)
-        _check_ints(self, "train.", ("warmup_steps", "save_every"), 0)
+        _check_ints(self, "train.", ("warmup_steps", "save_every", "eval_every"), 0)
+        _check_ints(self, "train.", ("val_passages",), 1)
+        if self.val_max_questions is not None:
+            _check_ints(self, "train.", ("val_max_questions",), 1)
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"train.max_steps must be >= 1 or null (epochs x steps per epoch), got {self.max_steps}")
         if not self.learning_rate > 0:
@@ -73,8 +79,13 @@ class TrainReaderJob:
     model: ReaderModelSettings = field(default_factory=ReaderModelSettings)
     train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
     train_file: str = MISSING  # a retrieval JSON of the training questions (scripts/evaluate.py's retrieval.json)
+    dev_file: str | None = None  # a retrieval JSON of dev questions: the checkpoint with the best dev EM is kept in best/ (DPR's choice)
     match: Match = Match.string  # how has_answer is decided when a ctx lacks it
     output_dir: str = MISSING
+
+    def __post_init__(self):
+        if self.train.eval_every and not self.dev_file:
+            raise ValueError(f"train.eval_every={self.train.eval_every} needs dev_file=<retrieval JSON of dev questions> to evaluate on")
 
 
 @dataclass

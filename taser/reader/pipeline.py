@@ -23,16 +23,19 @@ from taser.evaluation.runs import RESULTS_FILE, system_name
 from taser.io import atomic_open
 from taser.progress import progress
 from taser.reader.config import ReadJob, TrainReaderJob
-from taser.reader.data import iter_for_reader, training_set
+from taser.reader.data import iter_for_reader, read_for_reader, training_set
 from taser.reader.metrics import score_prediction
 from taser.reader.model import Reader, load_reader, read_reader_config
 from taser.reader.reading import choose, read_passages
+from taser.reader.selection import DevSelection
 from taser.reader.trainer import ReaderTrainer, ReaderTrainResult
 from taser.runtime import pick_device, precision_record
 from taser.training.distributed import destroy_distributed, init_distributed
 from taser.training.provenance import training_provenance
 
 log = logging.getLogger(__name__)
+
+DEV_MAX_ANSWER_LENGTH = 10  # subword tokens of a dev answer (DPR: 10, as read.py's default)
 
 
 def new_reader(job: TrainReaderJob):
@@ -64,8 +67,12 @@ def train_reader(job: TrainReaderJob, output_dir: str | None = None) -> ReaderTr
         model, tokenizer = new_reader(job)
         data = training_set(job.train_file, tokenizer, job.train.top_n, model.config.max_length, model.config.max_question_length, job.match)
         out = Path(output_dir or job.output_dir)
+        dev = None
+        if job.dev_file:
+            dev = DevSelection(read_for_reader(job.dev_file, k=job.train.val_passages, max_questions=job.train.val_max_questions),
+                               job.train.val_passages, str(job.match), DEV_MAX_ANSWER_LENGTH, 32, out)
         out.mkdir(parents=True, exist_ok=True)
-        return ReaderTrainer(model, tokenizer, data, job.train, out, dist_info).train()
+        return ReaderTrainer(model, tokenizer, data, job.train, out, dist_info, dev).train()
     finally:
         if dist_info.started_group:
             destroy_distributed()

@@ -4,7 +4,8 @@ device-side step records, resumable checkpoints) around DPR's reader objective.
 
 A checkpoint (`output_dir/checkpoint`) holds the reader and the training state; the batches are
 fixed by (seed, step) (`taser.reader.batches`), so a resumed run ends with the weights of an
-uninterrupted one. The last weights go to `output_dir/final`, a reader checkpoint directory.
+uninterrupted one. The last weights go to `output_dir/final`, a reader checkpoint directory; with
+dev questions, the weights of the best dev EM go to `output_dir/best` (`taser.reader.selection`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from taser.reader.config import ReaderTrainConfig
 from taser.reader.data import TrainingSet
 from taser.reader.loss import reader_loss
 from taser.reader.model import Reader
+from taser.reader.selection import DevSelection
 from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device, precision_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.distributed import DistInfo, data_parallel
@@ -47,8 +49,9 @@ class ReaderTrainResult:
 
 
 class ReaderTrainer:
-    def __init__(self, model: Reader, tokenizer, data: TrainingSet, cfg: ReaderTrainConfig, output_dir, dist_info: DistInfo | None = None):
-        self.model, self.tokenizer, self.data, self.cfg = model, tokenizer, data, cfg
+    def __init__(self, model: Reader, tokenizer, data: TrainingSet, cfg: ReaderTrainConfig, output_dir, dist_info: DistInfo | None = None,
+                 dev: DevSelection | None = None):
+        self.model, self.tokenizer, self.data, self.cfg, self.dev = model, tokenizer, data, cfg, dev
         self.out = Path(output_dir)
         self.dist = dist_info or DistInfo()
         self.device = pick_device(cfg.device)
@@ -76,6 +79,8 @@ class ReaderTrainer:
         step = self._resume(optimizer, scheduler, scaler)
         if self.dist.is_main:
             truncate_log(self.out / "train_log.jsonl", step)
+            if self.dev is not None:
+                self.dev.resume(step)
         history, pending, times = [], [], []
         params = [p for p in model.parameters() if p.requires_grad]
         bar = progress(total=self.total_steps, initial=step, desc="train reader", unit="step", enabled=cfg.progress and self.dist.is_main)
@@ -92,6 +97,9 @@ class ReaderTrainer:
                 records[-1]["questions_per_s"] = len(records) * cfg.batch_size * self.dist.world_size / max(time.perf_counter() - window, 1e-9)
                 window = time.perf_counter()
                 self._write(records, history)
+            if self.dev is not None and self.dist.is_main and ((cfg.eval_every and step % cfg.eval_every == 0) or step == self.total_steps):
+                # before the checkpoint of this step: a run killed in between evaluates this step again when resumed
+                self.dev.evaluate(step, model, self.tokenizer, self.precision, self.device)
             if (cfg.save_every and step % cfg.save_every == 0) or step == self.total_steps:
                 save_checkpoint(self.out / "checkpoint", model, self.tokenizer, optimizer, scheduler, scaler, step, self.dist.is_main,
                                 extra={"runtime": self.runtime})
@@ -150,7 +158,8 @@ class ReaderTrainer:
         if self.dist.is_main:
             self.model.save(final, self.tokenizer)
             summary = {"steps": step, "seconds": seconds, "median_step_s": median, "config": asdict(self.cfg), "runtime": self.runtime,
-                       "questions": len(self.data.questions), "skipped": self.data.skipped, "last": history[-1] if history else {}}
+                       "questions": len(self.data.questions), "skipped": self.data.skipped, "last": history[-1] if history else {},
+                       "dev_best": self.dev.best if self.dev is not None else None}
             with atomic_open(self.out / "train_summary.json") as f:
                 json.dump(summary, f, indent=2, default=str)
         return ReaderTrainResult(step, str(final), seconds, median, history)

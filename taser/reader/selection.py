@@ -1,0 +1,76 @@
+"""Choosing the reader's checkpoint on dev questions, as DPR does: every `train.dev_every` steps
+(and at the end) the reader answers the dev retrieval's questions from their first
+`train.dev_passages` passages; the weights with the highest exact match so far are kept in
+`output_dir/best` (a reader checkpoint directory, like `final`), and every evaluation is a line of
+`output_dir/dev_log.jsonl` (`{"step", "em", "f1", "questions"}`).
+
+A resumed run drops the lines written after its checkpoint and takes the best so far from the
+lines kept: a run stopped and resumed keeps the `best` an uninterrupted run keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from taser.reader.metrics import score_prediction
+from taser.reader.model import Reader
+from taser.reader.reading import choose, read_passages
+
+log = logging.getLogger(__name__)
+
+DEV_LOG = "dev_log.jsonl"
+BEST_DIR = "best"
+
+
+class DevSelection:
+    def __init__(self, records: list[dict], passages: int, match: str, max_answer_length: int, batch_size: int, out_dir):
+        self.records, self.passages, self.match = records, passages, match
+        self.max_answer_length, self.batch_size = max_answer_length, batch_size
+        self.out = Path(out_dir)
+        self.best: dict | None = None  # {"step", "em", "f1", "questions"}
+
+    @property
+    def log_path(self) -> Path:
+        return self.out / DEV_LOG
+
+    def resume(self, step: int) -> None:
+        """Keep the evaluations of steps up to `step` (those of the checkpoint resumed from); the best among them."""
+        kept = []
+        if self.log_path.is_file():
+            kept = [r for r in (json.loads(line) for line in self.log_path.read_text(encoding="utf-8").splitlines() if line.strip()) if r["step"] <= step]
+            self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        self.best = max(kept, key=lambda r: r["em"], default=None)  # the earliest of equal scores, as during training
+
+    @torch.no_grad()
+    def score(self, model: Reader, tokenizer, precision: str, device: torch.device) -> tuple[float, float]:
+        """(EM, F1) in % of the dev questions, each answered from its first `passages` passages."""
+        was_training = model.training
+        read = read_passages(model, tokenizer, self.records, self.passages, self.max_answer_length, self.batch_size, precision, device,
+                             show_progress=False)
+        model.train(was_training)
+        em = f1 = 0.0
+        for record, passages in zip(self.records, read):
+            index = choose(passages, self.passages)
+            answer = passages[index].answer if index is not None else ""
+            e, f = score_prediction(answer, record["answers"], self.match)
+            em, f1 = em + e, f1 + f
+        n = len(self.records)
+        return 100 * em / n, 100 * f1 / n
+
+    def evaluate(self, step: int, model: Reader, tokenizer, precision: str, device: torch.device) -> dict:
+        """Score the model at `step`, log it, and save it as `best` when its EM beats every earlier one."""
+        em, f1 = self.score(model, tokenizer, precision, device)
+        record = {"step": step, "em": em, "f1": f1, "questions": len(self.records)}
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        improved = self.best is None or em > self.best["em"]
+        if improved:
+            model.save(self.out / BEST_DIR, tokenizer)
+            self.best = record
+        log.info("dev at step %d: EM %.2f F1 %.2f over %d questions%s", step, em, f1, len(self.records),
+                 " (best so far: saved)" if improved else f" (best: EM {self.best['em']:.2f} at step {self.best['step']})")
+        return record
