@@ -19,7 +19,7 @@ $(VENV)/.torch: $(VENV)/.created
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.torch pyproject.toml
-	$(PIP) install --quiet -e '.[dev,bm25]'
+	$(PIP) install --quiet -e '.[dev,bm25,fast]'
 	touch $@
 
 install: $(VENV)/.installed

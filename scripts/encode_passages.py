@@ -16,7 +16,7 @@ def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
     encode_corpus(job.checkpoint, job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size,
-                  job.device, dtype=job.dtype, offsets_cache=job.offsets_cache)
+                  job.device, dtype=job.dtype, offsets_cache=job.offsets_cache, backend=job.backend)
 
 
 if __name__ == "__main__":

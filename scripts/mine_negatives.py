@@ -19,7 +19,7 @@ def main(cfg) -> None:
     summary = mine_negatives(
         job.input, job.passages, job.output, retriever=job.retriever, top_n=job.top_n,
         num_hard_negatives=job.num_hard_negatives, match=job.match, bm25=job.bm25, checkpoint=job.checkpoint,
-        index=job.index, batch_size=job.batch_size, precision=job.precision, device=job.device,
+        index=job.index, batch_size=job.batch_size, precision=job.precision, backend=job.backend, device=job.device,
         block_size=job.block_size, offsets_cache=job.offsets_cache, progress=job.progress,
     )
     print(json.dumps(summary, indent=2))

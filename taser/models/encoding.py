@@ -16,7 +16,7 @@ import torch
 
 from taser.models.inputs import pad_batch, passage_ids, question_ids
 from taser.progress import progress as progress_bar
-from taser.runtime import autocast, resolve_precision
+from taser.runtime import autocast, precision_record, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def encode_ids(
     """
     if side not in SIDES:
         raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
-    device = device or next(model.parameters()).device
+    device = device or device_of(model)
     precision = resolve_precision(precision, device)
     longest = max((len(x) for x in ids), default=0)
     batch_size = batch_size or auto_batch_size(model, device, max(longest, 1))
@@ -97,6 +97,22 @@ def encode_ids(
     if len(ids):
         log.info("encoded %d %ss in %.1fs (%.1f/s, %s, batch %d)", len(ids), side, elapsed, len(ids) / max(elapsed, 1e-9), precision, batch_size)
     return vectors
+
+
+def device_of(model) -> torch.device:
+    """Where `model` computes: its parameters' device (a `BiEncoder`), or its `device` (an ONNX Runtime encoder)."""
+    device = getattr(model, "device", None)
+    return device if isinstance(device, torch.device) else next(model.parameters()).device
+
+
+def encoding_runtime(model, precision: str) -> dict:
+    """The runtime record of an encoding (precision resolved for the device, the hardware) with its
+    backend: an ONNX Runtime graph runs in its own precision (float32, or int8 weights), whatever `precision` says."""
+    backend = getattr(model, "backend", "torch")
+    runtime = precision_record(precision, device_of(model))
+    if backend != "torch":
+        runtime["precision"] = "fp32"
+    return {**runtime, "backend": backend}
 
 
 def _max_length(model, side: str) -> int:

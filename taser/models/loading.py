@@ -85,7 +85,16 @@ def load_model(settings: ModelSettings | dict):
     return model, tokenizer
 
 
-def load_checkpoint(checkpoint: str | os.PathLike, device: str = "auto"):
-    """(model, tokenizer) of a taser checkpoint on `device`, as saved, for encoding."""
+def load_checkpoint(checkpoint: str | os.PathLike, device: str = "auto", backend: str = "torch"):
+    """(model, tokenizer) of a taser checkpoint on `device`, as saved, for encoding. `backend`
+    (`taser.models.backends`): `torch`, or an ONNX Runtime encoder with the same `encode`."""
+    from taser.models.backends import Backend, resolve_backend
+
+    target = pick_device(device)
+    chosen = resolve_backend(backend, target.type)
+    if chosen != Backend.torch:
+        from taser.models.onnx_backend import load_onnx_encoder
+
+        return load_onnx_encoder(checkpoint, str(chosen)), load_tokenizer(checkpoint)
     model = BiEncoder.load(checkpoint)
-    return model.to(pick_device(device)), load_tokenizer(checkpoint)
+    return model.to(target), load_tokenizer(checkpoint)

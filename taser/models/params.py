@@ -37,7 +37,11 @@ def _idle_expert_params(model: BiEncoder, side: str) -> int:
 
 
 def parameter_report(model: BiEncoder) -> dict:
-    """`total`, `active_question`, `active_passage` parameter counts."""
+    """`total`, `active_question`, `active_passage` parameter counts (an ONNX Runtime encoder
+    carries those of the model it was exported from)."""
+    counted = getattr(model, "parameter_counts", None)
+    if counted is not None:
+        return dict(counted)
     total = count(model)
     kind = model.config.kind
     if kind.two_encoders:

@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from taser.data.passage_store import PassageStore
-from taser.models.encoding import encode_ids
+from taser.models.encoding import device_of, encode_ids, encoding_runtime
 from taser.models.inputs import passage_ids
 from taser.models.loading import load_checkpoint
 from taser.progress import progress as progress_bar
 from taser.retrieval.embeddings import ShardWriter, checkpoint_identity, passages_identity, shard_range
-from taser.runtime import describe_hardware, precision_record
+from taser.runtime import describe_hardware
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,12 @@ def encode_corpus(
     progress: bool = True,
     dtype: str = "float32",
     offsets_cache: str | os.PathLike | None = None,
+    backend: str = "torch",
 ) -> dict:
     """Encode shard `shard_id` of `num_shards` (default: this torchrun rank of the world) into
     `out_dir/shard_<k>_of_<n>/`; see `taser.retrieval.embeddings` for the layout and checks.
+    `backend` (`taser.models.backends`) runs the encoder; it is in the manifest, so a resumed shard
+    never mixes vectors of two backends.
 
     Only the shard's own rows of the TSV are read (after one scan that indexes the file;
     `offsets_cache` keeps that index for the next shard). `dtype="float16"` halves the disk.
@@ -57,7 +60,8 @@ def encode_corpus(
         if start == end:
             raise ValueError(f"{passages_tsv}: shard {shard_id} of {num_shards} has no passages ({len(store)} in all)")
         manifest = {"checkpoint": checkpoint_identity(checkpoint), "passages": passages_identity(passages_tsv, len(store)),
-                    "num_shards": num_shards, "shard_id": shard_id, "start": start, "end": end, "chunk_size": chunk_size, "dtype": dtype}
+                    "num_shards": num_shards, "shard_id": shard_id, "start": start, "end": end, "chunk_size": chunk_size, "dtype": dtype,
+                    **({"backend": str(backend)} if str(backend) != "torch" else {})}
         writer = ShardWriter(out_dir, manifest)
         done = writer.done()
         if done:
@@ -69,10 +73,10 @@ def encode_corpus(
                            unit="passage", enabled=progress and done < writer.num_chunks)
         try:
             if done < writer.num_chunks:
-                model, tokenizer = load_checkpoint(checkpoint, device)
-                runtime = precision_record(precision, next(model.parameters()).device)
-                log.info("encoding rows %d-%d in %s (precision=%s) on %s", start, end, runtime["precision"], precision,
-                         describe_hardware(next(model.parameters()).device))
+                model, tokenizer = load_checkpoint(checkpoint, device, backend)
+                runtime = encoding_runtime(model, precision)
+                log.info("encoding rows %d-%d in %s (precision=%s, backend %s) on %s", start, end, runtime["precision"], precision,
+                         runtime["backend"], describe_hardware(device_of(model)))
                 encoded, dim = _encode_chunks(store, writer, done, model, tokenizer, batch_size, runtime["precision"], bar)
         finally:
             bar.close()

@@ -51,6 +51,7 @@ class RetrieverSettings:
     precision: str = "auto"
     device: str = "auto"
     search: SearchSettings = field(default_factory=SearchSettings)  # dense, hybrid: ef_search, nprobe in place of the index's own
+    backend: str = "torch"  # dense, hybrid: what runs the encoder (taser.models.backends)
 
     def __post_init__(self):
         self.retriever = Retriever.parse(self.retriever, "retriever")
@@ -66,9 +67,10 @@ def _questions_per_s(questions: int, seconds: float) -> float:
     return round(questions / max(seconds, 1e-9), 2)
 
 
-def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precision: str = "auto", device: str = "auto") -> Path:
+def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precision: str = "auto", device: str = "auto",
+                backend: str = "torch") -> Path:
     """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
-    this checkpoint's vectors of this passages file, else encoded (resumably) and built."""
+    this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built."""
     from taser.models.biencoder import read_checkpoint_config
     from taser.pipeline.encode import encode_corpus
     from taser.pipeline.index import build_index
@@ -81,12 +83,12 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     identity = checkpoint_identity(checkpoint)
 
     def made_here(record: dict) -> bool:
-        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint and passages file."""
+        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint, passages file and backend."""
         try:
             check_same_passages(record.get("passages"), passages_tsv, str(work))
         except ValueError:
             return False
-        return record.get("passages") is not None and record.get("checkpoint") == identity
+        return record.get("passages") is not None and record.get("checkpoint") == identity and record.get("backend", "torch") == str(backend)
 
     if (index_dir / "index.json").is_file() and made_here(json.loads((index_dir / "index.json").read_text())):
         log.info("reusing the flat index %s of %s", index_dir, checkpoint)
@@ -94,7 +96,7 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     manifest = shard_dir(embeddings, 0, 1) / "manifest.json"
     if manifest.is_file() and not made_here(json.loads(manifest.read_text())):
         shutil.rmtree(embeddings)  # left by a killed run over another checkpoint or passages file: this directory is the stage's scratch
-    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device)
+    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, backend=backend)
     similarity = read_checkpoint_config(checkpoint)[0].similarity
     build_index(embeddings, index_dir, IndexConfig("flat", metric_for(similarity)))
     shutil.rmtree(embeddings)
@@ -103,16 +105,17 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
 
 def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: int, work_dir) -> tuple[list, dict, float]:
     """(results, meta, seconds) of a checkpoint's dense retrieval."""
+    from taser.models.encoding import encoding_runtime
     from taser.models.loading import load_checkpoint
     from taser.models.params import parameter_report
     from taser.retrieval.dense import dense_retrieve
     from taser.retrieval.embeddings import check_same_passages
     from taser.retrieval.faiss_index import load_index
-    from taser.runtime import precision_record
 
-    index_dir = s.index_dir or dense_index(s.checkpoint, passages_tsv, Path(work_dir) / "dense-index", min(s.batch_size, 64), s.precision, s.device)
-    model, tokenizer = load_checkpoint(s.checkpoint, s.device)
-    runtime = precision_record(s.precision, next(model.parameters()).device)
+    index_dir = s.index_dir or dense_index(s.checkpoint, passages_tsv, Path(work_dir) / "dense-index", min(s.batch_size, 64), s.precision, s.device,
+                                           s.backend)
+    model, tokenizer = load_checkpoint(s.checkpoint, s.device, s.backend)
+    runtime = encoding_runtime(model, s.precision)
     index = load_index(index_dir, s.search)
     check_same_passages(index.meta.get("passages"), passages_tsv, f"the index {index_dir}")
     start = time.perf_counter()

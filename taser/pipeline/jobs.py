@@ -15,6 +15,7 @@ from taser.choice import Choice
 from taser.data.config import DataConfig, Match
 from taser.evaluation.comparison import StatsSettings
 from taser.evaluation.runs import check_beir_metrics
+from taser.models.backends import Backend
 from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever, RetrieverSettings
@@ -88,6 +89,7 @@ class EncodeJob:
     num_shards: int | None = None  # None: torchrun's WORLD_SIZE (1 outside torchrun)
     batch_size: int | None = None  # None: one that fits the device (64 on a CPU)
     precision: Precision = Precision.auto
+    backend: Backend = Backend.torch  # torch; onnx, onnx_int8 (CPU, the `fast` extra); auto (taser.models.backends)
     chunk_size: int = 10_000  # passages per resumable chunk
     dtype: VectorDtype = VectorDtype.float32  # float16 halves the disk; indexes read float32
     offsets_cache: str | None = None  # keeps the passages file's row index for the next shard (large corpora)
@@ -124,6 +126,7 @@ class EvaluateJob:
     k: int = 100
     batch_size: int = 128
     precision: Precision = Precision.auto
+    backend: Backend = Backend.torch  # dense encoding of questions (and of passages when no index is given): taser.models.backends
     device: str = "auto"
     bm25: BM25Settings = field(default_factory=BM25Settings)  # index_dir None: <data.data_dir or outputs>/bm25-<backend> (BEIR: in beir.work_dir)
     hybrid: HybridSettings = field(default_factory=HybridSettings)
@@ -151,7 +154,7 @@ class EvaluateJob:
         """What retrieves, as every evaluation task takes it (`taser.pipeline.evaluate.retrieve`)."""
         h = self.hybrid
         return RetrieverSettings(self.retriever, self.checkpoint, self.index, self.bm25, h.dense_weight, h.rule, h.candidates,
-                                 self.batch_size, self.precision, self.device, self.search)
+                                 self.batch_size, self.precision, self.device, self.search, self.backend)
 
 
 @dataclass
@@ -195,6 +198,7 @@ class MineJob:
     index: str | None = None  # dense
     batch_size: int = 128
     precision: Precision = Precision.auto
+    backend: Backend = Backend.torch  # dense: the questions' encoding (taser.models.backends)
     device: str = "auto"
     bm25: BM25Settings = field(default_factory=BM25Settings)
 

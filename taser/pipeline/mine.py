@@ -33,6 +33,7 @@ def mine_negatives(
     index: str | os.PathLike | None = None,
     batch_size: int = 128,
     precision: str = "auto",
+    backend: str = "torch",
     device: str = "auto",
     block_size: int = 1000,
     offsets_cache: str | os.PathLike | None = None,
@@ -60,12 +61,12 @@ def mine_negatives(
                 )
             finally:
                 bm25_index.close()
+        from taser.models.encoding import encoding_runtime
         from taser.models.loading import load_checkpoint
         from taser.retrieval.faiss_index import load_index
-        from taser.runtime import precision_record
 
-        model, tokenizer = load_checkpoint(checkpoint, device)
-        runtime = precision_record(precision, next(model.parameters()).device)
+        model, tokenizer = load_checkpoint(checkpoint, device, backend)
+        runtime = encoding_runtime(model, precision)
         search = dense_searcher(model, tokenizer, load_index(index), batch_size, runtime["precision"])
         meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index), **runtime}
         return mine_hard_negatives(input_path, output_path, search, store, top_n, num_hard_negatives, match,

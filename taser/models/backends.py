@@ -1,0 +1,54 @@
+"""Which engine runs encoding (inference only): PyTorch, or ONNX Runtime in float32 or with int8
+weights (`taser.models.onnx_backend`, the optional `fast` extra). Light: no torch, so config
+schemas can name the choice.
+
+`auto` picks, among the backends installed here, the one recorded fastest on CPU within the
+accuracy gate (top-20 on the SQuAD protocol within 0.5 point of `torch`, nDCG@10 within 0.005):
+`AUTO_ORDER` lists the backends that passed, fastest first, from `benchmarks/peers/results.md`.
+Until a backend has passed there, `auto` is `torch`. A backend chosen by hand that failed the gate
+says so when it loads. On a GPU, `auto` is always `torch`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from taser.choice import Choice
+
+log = logging.getLogger(__name__)
+
+
+class Backend(Choice):
+    auto = "auto"
+    torch = "torch"  # PyTorch: exact, every device
+    onnx = "onnx"  # ONNX Runtime, float32, graph optimisations (CPU)
+    onnx_int8 = "onnx_int8"  # ONNX Runtime, int8 MatMul weights, dynamic activation quantisation (CPU)
+
+
+AUTO_ORDER: tuple[Backend, ...] = ()  # backends that passed the accuracy gate and beat torch on CPU, fastest first (none recorded yet)
+FAILED_GATE: dict[Backend, str] = {}  # backend -> what the recorded measurement found
+
+
+def installed(backend: Backend) -> bool:
+    if backend in (Backend.onnx, Backend.onnx_int8):
+        from taser.models.onnx_backend import onnx_available
+
+        return onnx_available()
+    return True
+
+
+def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend:
+    """The backend that will run: `auto` resolved; a backend that cannot run here refused with the reason."""
+    backend = Backend.parse(backend, "backend")
+    if backend == Backend.auto:
+        if device_type != "cpu":
+            return Backend.torch
+        return next((b for b in AUTO_ORDER if installed(b)), Backend.torch)
+    if backend != Backend.torch:
+        if device_type != "cpu":
+            raise ValueError(f"backend={backend} runs on the CPU only; this run's device is {device_type} (use backend=torch or auto)")
+        if not installed(backend):
+            raise ValueError(f"backend={backend} needs the optional extra: pip install 'taser[fast]' (onnx and onnxruntime)")
+        if backend in FAILED_GATE:
+            log.warning("backend=%s did not pass the accuracy gate on the recorded benchmark: %s", backend, FAILED_GATE[backend])
+    return backend

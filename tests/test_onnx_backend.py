@@ -1,0 +1,112 @@
+"""The ONNX Runtime backends of encoding: vectors within tolerance of PyTorch's for `dpr`, `shared`
+and `taser` (each side with its own expert), ragged batches included; the exported graphs cached
+beside the checkpoint, reused, and refused for other weights."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_model_cfg
+
+from taser.models.encoding import encode_texts
+from taser.models.loading import load_checkpoint, load_model
+from taser.models.onnx_backend import CACHE_DIR, META_FILE, onnx_available
+
+pytestmark = pytest.mark.skipif(not onnx_available(), reason="the onnx extra is not installed")
+
+QUESTIONS = ["who wrote the origin of species?", "when did the berlin wall fall", "what is the capital city of a country that has a very long name?"]
+PASSAGES = [("Charles Darwin", "On the Origin of Species was published in 1859 by Charles Darwin."), ("Berlin", "The wall fell in 1989."),
+            ("Capitals", "Many capitals are named after rivers, saints and kings; some names are long and some are short, as this text is.")]
+TOLERANCE = {"onnx": 1e-4, "onnx_int8": 0.08}  # largest absolute difference from PyTorch's fp32 vectors (unit-free, dot-product scale)
+
+
+def _checkpoint(tmp_path, pretrained, model_type, seed=0, **extra):
+    torch.manual_seed(seed)
+    model, tokenizer = load_model(tiny_model_cfg(pretrained, model_type, **extra))
+    with torch.no_grad():  # TASER's experts start as copies of one FFN: make the question and passage experts differ, as trained ones do
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    path = tmp_path / model_type
+    model.save(path, tokenizer)
+    return path
+
+
+@pytest.mark.parametrize("model_type, extra", [("dpr", {}), ("shared", {"pooling": "mean", "normalize": True}),
+                                               ("taser", {"taser": {"specialize_every": 1}})])
+@pytest.mark.parametrize("backend", ["onnx", "onnx_int8"])
+def test_vectors_match_torch(tmp_path, tiny_pretrained, model_type, extra, backend):
+    path = _checkpoint(tmp_path, tiny_pretrained, model_type, **extra)
+    model, tokenizer = load_checkpoint(path, "cpu")
+    model.eval()
+    fast, _ = load_checkpoint(path, "cpu", backend=backend)
+    for side, texts in (("question", QUESTIONS), ("passage", PASSAGES)):
+        exact = encode_texts(model, tokenizer, texts, side, batch_size=2, precision="fp32")
+        got = encode_texts(fast, tokenizer, texts, side, batch_size=2, precision="fp32")
+        assert got.shape == exact.shape and got.dtype == np.float32
+        assert np.abs(got - exact).max() <= TOLERANCE[backend], (side, np.abs(got - exact).max())
+    if model_type == "taser":  # each side runs its own expert: the question graph on passages gives other vectors
+        ids = tokenizer(["the same text"], return_tensors="pt")
+        q = fast.encode(ids["input_ids"], ids["attention_mask"], "question")
+        p = fast.encode(ids["input_ids"], ids["attention_mask"], "passage")
+        assert not torch.allclose(q, p, atol=1e-3)
+        torch.testing.assert_close(q, model.encode(ids["input_ids"], ids["attention_mask"], "question"), atol=TOLERANCE[backend], rtol=0)
+
+
+def test_cache_is_reused_and_refused_for_other_weights(tmp_path, tiny_pretrained, caplog):
+    import shutil
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    load_checkpoint(path, "cpu", backend="onnx")
+    cache = path / CACHE_DIR / "onnx"
+    graph = cache / "question.onnx"
+    first = graph.stat().st_mtime_ns
+    load_checkpoint(path, "cpu", backend="onnx")
+    assert graph.stat().st_mtime_ns == first  # reused, not exported again
+    # a cache written for other weights (a checkpoint directory copied over another's, say): refused and rebuilt
+    other = _checkpoint(tmp_path / "other", tiny_pretrained, "dpr", seed=1)
+    shutil.copytree(path / CACHE_DIR, other / CACHE_DIR)
+    caplog.set_level("WARNING")
+    fast, tokenizer = load_checkpoint(other, "cpu", backend="onnx")
+    assert "written for other weights" in caplog.text
+    model, _ = load_checkpoint(other, "cpu")
+    model.eval()
+    ids = tokenizer(["who?"], return_tensors="pt")
+    torch.testing.assert_close(fast.encode(ids["input_ids"], ids["attention_mask"], "question"),
+                               model.encode(ids["input_ids"], ids["attention_mask"], "question"), atol=1e-4, rtol=0)
+    assert json.loads((other / CACHE_DIR / "onnx" / META_FILE).read_text())["backend"] == "onnx"
+
+
+def test_auto_picks_only_installed_backends(monkeypatch):
+    from taser.models import backends
+
+    assert backends.resolve_backend("auto", "cuda") == backends.Backend.torch
+    monkeypatch.setattr(backends, "AUTO_ORDER", (backends.Backend.onnx_int8, backends.Backend.onnx))
+    monkeypatch.setattr(backends, "installed", lambda b: b == backends.Backend.onnx)
+    assert backends.resolve_backend("auto", "cpu") == backends.Backend.onnx
+    monkeypatch.setattr(backends, "installed", lambda b: b == backends.Backend.torch)
+    assert backends.resolve_backend("auto", "cpu") == backends.Backend.torch
+    with pytest.raises(ValueError, match="needs the optional extra"):
+        backends.resolve_backend("onnx", "cpu")
+    with pytest.raises(ValueError, match="runs on the CPU only"):
+        backends.resolve_backend("onnx_int8", "cuda")
+
+
+def test_evaluate_with_the_onnx_backend(tmp_path, tiny_pretrained, mini_squad):
+    """The backend reaches encoding through evaluate (passages and questions): the same top-k as
+    torch, and results.json says which backend ran."""
+    from taser.pipeline.evaluate import RetrieverSettings, evaluate_qa
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    results = {}
+    for backend in ("torch", "onnx"):
+        settings = RetrieverSettings("dense", path, None, batch_size=16, precision="fp32", device="cpu", backend=backend)
+        results[backend] = evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / f"eval-{backend}", k=20)
+    assert results["onnx"]["backend"] == "onnx" and results["torch"]["backend"] == "torch"
+    assert results["onnx"]["top_k"] == results["torch"]["top_k"]
+    assert json.loads((tmp_path / "eval-onnx" / "dense-index" / "index" / "index.json").read_text())["backend"] == "onnx"
+    # the torch run's index is not taken for the onnx backend's (nor the other way round)
+    settings = RetrieverSettings("dense", path, None, batch_size=16, precision="fp32", device="cpu", backend="onnx")
+    again = evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / "eval-torch", k=20)
+    assert again["top_k"] == results["torch"]["top_k"]
+    assert json.loads((tmp_path / "eval-torch" / "dense-index" / "index" / "index.json").read_text())["backend"] == "onnx"
