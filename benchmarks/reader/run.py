@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from common import ROOT, SQUAD, command_line, machine_line, prepare_squad, write
 
 MINILM = {"model_type": "dpr", "pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
 NOTES = "## What the figures mean"
+log = logging.getLogger("benchmark.reader")
 TASER = {"specialize_every": 2, "specialize": "ffn", "routing": "deterministic", "num_experts": 2}
 
 
@@ -62,17 +64,19 @@ def retrievals(args, data: Path, work: Path, times: dict) -> dict[str, Path]:
     found = {}
     t = time.perf_counter()
     for split in ("train", "dev"):
-        evaluate_bm25(data / f"{split}.qa.tsv", data / "passages.tsv", work / f"bm25-{split}", k=100, bm25=bm25)
+        if not (args.reuse and (work / f"bm25-{split}" / "retrieval.json").is_file()):
+            evaluate_bm25(data / f"{split}.qa.tsv", data / "passages.tsv", work / f"bm25-{split}", k=100, bm25=bm25)
     times["BM25: retrieve train + dev (k=100)"] = time.perf_counter() - t
     found["BM25"] = work / "bm25-dev" / "retrieval.json"
     if args.no_dense:
         return found
     files = {"passages": str(data / "passages.tsv"), "qa_file": str(data / "dev.qa.tsv"), "match": "string"}
     t = time.perf_counter()
-    initial = save_initial(MINILM, work / "zero-shot")
-    evaluate_checkpoint("zero-shot", initial, files, work / "zero-shot")
     found["dense (zero-shot MiniLM)"] = work / "zero-shot" / "eval" / "retrieval.json"
-    evaluate_hybrid(initial, work / "zero-shot" / "index", files["qa_file"], files["passages"], work / "hybrid", k=100, bm25=bm25)
+    if not (args.reuse and found["dense (zero-shot MiniLM)"].is_file() and (work / "hybrid" / "retrieval.json").is_file()):
+        initial = save_initial(MINILM, work / "zero-shot")
+        evaluate_checkpoint("zero-shot", initial, files, work / "zero-shot")
+        evaluate_hybrid(initial, work / "zero-shot" / "index", files["qa_file"], files["passages"], work / "hybrid", k=100, bm25=bm25)
     found["hybrid (BM25 + zero-shot MiniLM, λ=1.1)"] = work / "hybrid" / "retrieval.json"
     times["zero-shot dense + hybrid: encode, index, retrieve"] = time.perf_counter() - t
     if args.retriever_steps:
@@ -85,7 +89,24 @@ def retrievals(args, data: Path, work: Path, times: dict) -> dict[str, Path]:
             train_and_evaluate(name, {**MINILM, **extra}, train, {**mined, "qa_file": files["qa_file"]}, work / f"retriever-{name}")
             found[f"{name} (trained {args.retriever_steps} steps)"] = work / f"retriever-{name}" / "eval" / "retrieval.json"
             times[f"{name} retriever: train, encode, index, retrieve"] = time.perf_counter() - t
+        t = time.perf_counter()
+        trained = work / "retriever-dpr"
+        evaluate_hybrid(trained / "final", trained / "index", files["qa_file"], files["passages"], work / "hybrid-dpr", k=100, bm25=bm25)
+        found["hybrid (BM25 + trained dpr, λ=1.1)"] = work / "hybrid-dpr" / "retrieval.json"
+        times["hybrid with the trained dpr: retrieve"] = time.perf_counter() - t
     return found
+
+
+READER_KEYS = ("batch_size", "passages", "max_steps", "learning_rate", "warmup_steps", "seed", "top_n", "max_answers")
+
+
+def _same_reader(reader_dir: Path, train) -> bool:
+    """Whether `reader_dir` holds a finished reader trained with `train`'s settings."""
+    summary = reader_dir / "train_summary.json"
+    if not (summary.is_file() and (reader_dir / "final" / "model.safetensors").is_file()):
+        return False
+    done = json.loads(summary.read_text()).get("config", {})
+    return all(done.get(key) == getattr(train, key) for key in READER_KEYS)
 
 
 def main() -> None:
@@ -106,6 +127,8 @@ def main() -> None:
     ap.add_argument("--no-dense", action="store_true", help="BM25 and the oracle only")
     ap.add_argument("--retriever-steps", type=int, default=0, help="> 0: also train dpr and taser retrievers this many steps (the demo: 50)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results.md")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep what --work holds from an earlier run with the same settings (BM25 and zero-shot retrieval, the reader)")
     args = ap.parse_args()
     start = time.perf_counter()
     times: dict[str, float] = {}
@@ -119,9 +142,12 @@ def main() -> None:
                               warmup_steps=max(1, args.steps // 10), save_every=0, log_every=25, progress=False)
     job = TrainReaderJob(ReaderModelSettings(pretrained="shipped:all-MiniLM-L6-v2", max_length=args.max_length), train,
                          str(work / "bm25-train" / "retrieval.json"), output_dir=str(reader_dir))
-    trained = train_reader(job)
-    times["reader: train"] = time.perf_counter() - t
+    if args.reuse and _same_reader(reader_dir, train):
+        log.info("reusing the reader trained in %s with these settings", reader_dir)
+    else:
+        train_reader(job)
     summary = json.loads((reader_dir / "train_summary.json").read_text())
+    times["reader: train" + (" (reused)" if time.perf_counter() - t < 60 else "")] = summary["seconds"]
 
     rows = []
     for name, path in found.items():
@@ -151,7 +177,7 @@ def main() -> None:
         "# End-to-end QA: DPR's reader on the SQuAD benchmark (shipped data, all-MiniLM-L6-v2, 2 CPU cores)\n\n"
         f"Command: `{command_line(__file__)}`\n\n{machine_line()}\n\n"
         f"Reader: all-MiniLM-L6-v2 encoder + DPR's heads, `[CLS] question [SEP] title [SEP] passage` up to {args.max_length} tokens; "
-        f"trained {trained.steps} steps of {args.batch} questions x {args.passages} passages (1 positive + {args.passages - 1} negatives "
+        f"trained {summary['steps']} steps of {args.batch} questions x {args.passages} passages (1 positive + {args.passages - 1} negatives "
         f"from BM25's top 100 of each training question), lr {args.lr}, {summary['seconds']:.0f} s ({summary['median_step_s']:.2f} s/step); "
         f"{summary['questions']} training questions, skipped {summary['skipped']}. Spans up to 10 tokens.\n\n"
         f"Evaluation: {rows[0][1]['questions']} evaluation questions (an evenly spaced sample of the last 10 articles' 1,971), "
