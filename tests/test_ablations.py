@@ -1,8 +1,10 @@
 """benchmarks/ablations/run.py in its smoke size: a tiny model, 2 trained rows x 2 seeds, 2 steps;
-results.md carries mean ± std, n and the significance note; a second run skips the finished pairs."""
+results.md carries mean ± std, n and the significance note; a second run skips the finished pairs,
+and so does a run on another machine that has only the recorded pairs (what is committed)."""
 
 import importlib.util
 import json
+import shutil
 import sys
 
 from conftest import ROOT, SQUAD
@@ -23,7 +25,8 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
     script = load_script()
     argv = ["--rows", "dpr", "taser-t1", "--seeds", "1", "2", "--steps", "2", "--batch", "2", "--model", tiny_pretrained,
             "--max-length", "64", "--bm25-backend", "bm25s", "--squad", str(squad), "--train-articles", "3", "--limit-questions", "60", "--precision", "fp32",
-            "--resamples", "99", "--work", str(tmp_path / "work"), "--results", str(tmp_path / "out" / "results.md")]
+            "--resamples", "99", "--work", str(tmp_path / "work"), "--results", str(tmp_path / "out" / "results.md"),
+            "--records", str(tmp_path / "records")]
     text = script.main(argv)
     runs = tmp_path / "work" / "runs"
     assert sorted(p.relative_to(runs).as_posix() for p in runs.glob("*/*/eval/results.json")) == [
@@ -46,3 +49,18 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
     monkeypatch.setattr(script, "run_pair", refuse)
     script.main(argv)
     assert "written by hand" in results_md.read_text() and "| taser T=1 |" in results_md.read_text()
+    records = tmp_path / "records"
+    assert sorted(p.relative_to(records).as_posix() for p in records.glob("*/*/*")) == sorted(
+        f"{row}/seed-{seed}/{name}" for row in ("dpr", "taser-t1") for seed in (1, 2) for name in ("per_query.jsonl", "results.json", "times.json"))
+    # another machine: the committed records without the work directory. Finished pairs stay done;
+    # the hybrid row, which needs dpr's model, trains that seed's dpr again without touching its record
+    monkeypatch.undo()
+    shutil.rmtree(tmp_path / "work")
+    recorded = (records / "dpr" / "seed-1" / "results.json").read_text()
+    ran = []
+    run_pair = script.run_pair
+    monkeypatch.setattr(script, "run_pair", lambda args, data, row, seed: ran.append((row.key, seed)) or run_pair(args, data, row, seed))
+    script.main(["--rows", "dpr", "taser-t1", "hybrid", *argv[3:]])
+    assert ran == [("dpr", 1), ("hybrid", 1), ("dpr", 2), ("hybrid", 2)]
+    assert (records / "dpr" / "seed-1" / "results.json").read_text() == recorded
+    assert (records / "hybrid" / "seed-2" / "results.json").is_file()
