@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -151,7 +152,7 @@ def main() -> None:
 
     rows = []
     for name, path in found.items():
-        slug = name.split(" (")[0].replace(" ", "-")
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # one directory per row: "hybrid-bm25-trained-dpr-1-1"
         subset = write_json(work / "eval-sets" / f"{slug}.json", sample(read_retrieval_results(path), args.eval_questions))
         t = time.perf_counter()
         results = read(ReadJob(str(reader_dir / "final"), str(subset), str(work / "read" / slug), ks=args.ks, progress=False))

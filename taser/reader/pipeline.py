@@ -184,7 +184,7 @@ def read(job: ReadJob) -> dict:
     write_per_query(out / PER_QUERY_FILE, per_query)
     with atomic_open(out / RESULTS_FILE) as f:
         json.dump(results, f, indent=2)
-    log.info("%s: EM %s", job.retrieval, format_scores(results))
+    log.info("%s: %d questions: %s", job.retrieval, n, format_scores(results))
     return results
 
 
