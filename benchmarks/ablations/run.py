@@ -21,8 +21,9 @@ from its last checkpoint in `--work` (every `--save-every` steps). Pairs run see
 at seed 1, then seed 2, ...), so a stopped study has every row at the seeds it finished. A row that
 uses `dpr`'s model (dense mining, hybrid) retrains that seed's `dpr` when its checkpoint is no longer
 in `--work` (training is deterministic at a seed on one machine). `results.md` is rewritten from
-every recorded pair at the end of each pair: the table against `dpr` and against zero-shot (mean ± std over seeds, bootstrap
-intervals over questions, † = significant after Holm), the machine, and the command. The section
+every recorded pair at the end of the run (or by `--report-only`, e.g. after a stopped run): the
+table against `dpr` and against zero-shot (mean ± std over seeds, bootstrap intervals over
+questions, † = significant after Holm), the machine, and the command. The section
 from "## What the study supports" on is kept across re-runs: it is written by hand.
 """
 
@@ -314,8 +315,7 @@ def main(argv=None) -> str:
             if row.key in NEEDS_DPR:
                 ensure_dpr(args, data, seed)
             times = run_pair(args, data, row, seed)
-            record(args, row, seed, times)
-            write_results(args)
+            record(args, row, seed, times)  # the report is written once, at the end (or by --report-only): its tests take minutes
     text = write_results(args)
     print(text)
     return text
