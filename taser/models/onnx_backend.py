@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def onnx_available() -> bool:
     return True
 
 
-def checkpoint_identity(checkpoint: str | os.PathLike) -> str:
+def weights_digest(checkpoint: str | os.PathLike) -> str:
     """A digest of the checkpoint's weights and config (every byte: a graph is only as right as its weights)."""
     digest = hashlib.sha256()
     for name in ("config.json", "model.safetensors"):
@@ -117,7 +116,7 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str, model=None) -> P
     ("onnx" or "onnx_int8"), exported now when missing or written for other weights."""
     checkpoint = Path(checkpoint)
     root = _cache_root(checkpoint, backend)
-    identity = checkpoint_identity(checkpoint)
+    identity = weights_digest(checkpoint)
     meta_path = root / META_FILE
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -189,7 +188,3 @@ def load_onnx_encoder(checkpoint: str | os.PathLike, backend: str) -> OnnxEncode
     model = BiEncoder.load(checkpoint)
     root = prepare_graphs(checkpoint, backend, model)
     return OnnxEncoder(model.config, model.encoder_config, root, backend, parameter_report(model))
-
-
-def clear_cache(checkpoint: str | os.PathLike) -> None:
-    shutil.rmtree(Path(checkpoint) / CACHE_DIR, ignore_errors=True)
