@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo gpu-check test install clean-venv
+.PHONY: demo gpu-check test install clean-venv peers-fast-env
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -37,5 +37,16 @@ test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs
 
+# benchmarks/peers/encode.py only: sentence-transformers with its onnx and openvino backends, in an
+# environment of its own (they need transformers 4.x; taser needs 5.x).
+PEERS_FAST := .venv-peers-fast
+$(PEERS_FAST)/.installed: benchmarks/peers/requirements-fast.txt
+	$(PYTHON) -m venv $(PEERS_FAST)
+	$(PEERS_FAST)/bin/python -m pip install --quiet $(TORCH_PIN)
+	$(PEERS_FAST)/bin/python -m pip install --quiet -r benchmarks/peers/requirements-fast.txt
+	touch $@
+
+peers-fast-env: $(PEERS_FAST)/.installed
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PEERS_FAST)

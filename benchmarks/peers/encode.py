@@ -1,0 +1,344 @@
+"""CPU encoding, taser's backends against sentence-transformers' backends, side by side (issue 22).
+
+    make peers-fast-env                             # once: sentence-transformers with its onnx/openvino extras
+    python benchmarks/peers/encode.py               # 3 rounds of every setting, ~35 min on 2 cores
+    python benchmarks/peers/encode.py --rounds 1 --limit 256   # a quick look
+
+Speed: the shipped all-MiniLM-L6-v2 (mean pooling, unit vectors) encodes the SQuAD protocol's
+2,141 passages and 1,971 dev questions in every setting: taser's `backend=torch|onnx|onnx_int8`
+and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
+O3, onnx int8, openvino, openvino int8, each built with its own helpers, in its own environment).
+Same texts, batch 64, max 256 tokens, the threads each library takes by default (all cores).
+Each setting is its own process (peak memory is its own); a round runs every setting once, and
+rounds repeat in the same order, so each setting's median is over rounds spread across the run.
+64 passages are encoded once before timing (sessions warm up, threads spin up); loading and
+exporting are timed apart from encoding.
+
+Accuracy (the gate of `taser.models.backends`): top-1/5/20/100 on the protocol (exact search
+over the vectors, DPR's answer match) and nDCG@10 on the shipped tiny BEIR fixture, for the
+zero-shot MiniLM in every setting of both libraries, and for a trained `dpr` and `taser` (T=2)
+in each taser backend, with each setting's median cosine to its library's torch vectors. A
+backend fails the gate when top-20 drops by more than 0.5 point from torch for `dpr` or `taser`,
+or nDCG@10 by more than 0.005.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from common import BASE_TRAIN, ROOT, command_line, machine_line, prepare_squad_with_bm25, write_keeping_section  # noqa: E402
+
+BEIR = ROOT / "tests" / "fixtures" / "beir-tiny"
+TASER_BACKENDS = ("torch", "onnx", "onnx_int8")
+PEER_SETTINGS = ("torch", "onnx", "onnx-O3", "onnx-int8", "openvino", "openvino-int8")
+MINILM = {"model_type": "shared", "pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
+TRAINED = {
+    "dpr": {**MINILM, "model_type": "dpr"},
+    "taser": {**MINILM, "model_type": "taser", "taser": {"specialize_every": 2, "specialize": "ffn", "routing": "deterministic", "num_experts": 2}},
+}
+GATE_TOP20, GATE_NDCG = 0.5, 0.005
+NOTES = "## What limits the speed"
+
+
+def peak_rss_gb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024**2
+    return 0.0
+
+
+# -- the data and models --------------------------------------------------------------------------
+
+
+def prepare(args) -> dict:
+    """Texts (in files both environments read), and the checkpoints taser's settings load."""
+    from taser.data.beir import beir_files, read_beir_corpus, read_beir_split
+    from taser.data.json_stream import iter_json_array
+    from taser.data.passages import read_passages
+    from taser.data.qa import read_qa
+    from taser.models.inputs import passage_string
+    from taser.pipeline.experiment import save_initial
+    from taser.pipeline.train import run_training
+
+    data = prepare_squad_with_bm25(args.work)
+    texts = args.work / "texts"
+    texts.mkdir(parents=True, exist_ok=True)
+    passages = list(read_passages(data["passages"]))[: args.limit]
+    qa = list(read_qa(data["qa_file"]))[: args.limit]
+    beir = beir_files(BEIR)
+    corpus = list(read_beir_corpus(beir.corpus))
+    queries, qrels = read_beir_split(beir)
+    train = list(itertools.islice(iter_json_array(data["train_files"][0]), 150))
+    calibration = [r["question"] for r in train] + [passage_string(p["title"], p["text"], "[SEP]") for r in train for p in r["positive_ctxs"][:1]]
+    for name, values in {
+        "passages": [passage_string(p.title, p.text, "[SEP]") for p in passages], "questions": [x.question for x in qa],
+        "beir-corpus": [passage_string(p.title, p.text, "[SEP]") for p in corpus], "beir-queries": list(queries.values()),
+        "calibration": calibration,
+    }.items():
+        (texts / f"{name}.json").write_text(json.dumps(values))
+    models = {"zero-shot": Path(save_initial(MINILM, args.work / "models" / "zero-shot")) if not (args.work / "models" / "zero-shot" / "initial").is_dir()
+              else args.work / "models" / "zero-shot" / "initial"}
+    for name, model_cfg in TRAINED.items():
+        given = getattr(args, name)
+        if given:
+            models[name] = Path(given)
+            continue
+        out = args.work / "models" / name
+        if not (out / "final" / "model.safetensors").is_file():
+            train_cfg = {**BASE_TRAIN, "batch_size": 16, "max_steps": args.train_steps, "warmup_steps": max(1, args.train_steps // 10), "seed": 1}
+            run_training(model_cfg, data["train_files"], train_cfg, out)
+        models[name] = out / "final"
+    return {"texts": texts, "models": {k: str(v) for k, v in models.items()}, "passages": passages, "qa": qa, "beir_ids": [p.id for p in corpus],
+            "beir_queries": list(queries), "qrels": qrels}
+
+
+# -- one taser run (a child process of this script) ---------------------------------------------
+
+
+def taser_child(args) -> dict:
+    import numpy as np
+    import torch
+
+    from taser.data.passages import Passage
+    from taser.models.encoding import encode_passages, encode_questions
+    from taser.models.loading import load_checkpoint
+
+    texts = args.texts
+
+    def read(name):
+        return json.loads((texts / f"{name}.json").read_text())
+
+    def as_passages(strings):  # back to (title, text): taser tokenises them as a pair
+        out = []
+        for i, s in enumerate(strings):
+            title, _, text = s.partition(" [SEP] ") if " [SEP] " in s else ("", "", s)
+            out.append(Passage(str(i), text, title))
+        return out
+
+    start = time.perf_counter()
+    model, tokenizer = load_checkpoint(args.checkpoint, device="cpu", backend=args.child)
+    load_s = time.perf_counter() - start
+    passages, questions = as_passages(read("passages")), read("questions")
+    kw = {"batch_size": args.batch, "precision": "fp32"}
+    encode_passages(model, tokenizer, passages[:64], **kw)
+    start = time.perf_counter()
+    p = encode_passages(model, tokenizer, passages, **kw)
+    passage_s = time.perf_counter() - start
+    start = time.perf_counter()
+    q = encode_questions(model, tokenizer, questions, **kw)
+    question_s = time.perf_counter() - start
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.save(args.out / "passages.npy", p)
+    np.save(args.out / "questions.npy", q)
+    np.save(args.out / "beir-corpus.npy", encode_passages(model, tokenizer, as_passages(read("beir-corpus")), **kw))
+    np.save(args.out / "beir-queries.npy", encode_questions(model, tokenizer, read("beir-queries"), **kw))
+    return {"library": "taser", "setting": args.child, "load_s": load_s, "passage_s": passage_s, "question_s": question_s,
+            "passages_per_s": len(passages) / passage_s, "questions_per_s": len(questions) / question_s, "peak_rss_gb": peak_rss_gb(),
+            "threads": torch.get_num_threads()}
+
+
+def run_child(library: str, setting: str, model: str, out: Path, args, texts: Path) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if library == "taser":
+        cmd = [sys.executable, __file__, "--child", setting, "--checkpoint", model]
+    else:
+        cmd = [str(args.peer_python), str(HERE / "st_encode.py"), "--setting", setting, "--model", model, "--work", str(args.work / "st-exports")]
+    cmd += ["--texts", str(texts), "--out", str(out), "--batch", str(args.batch)]
+    if library != "taser":
+        cmd += ["--max-length", str(args.max_length)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"{library} {setting} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- accuracy -------------------------------------------------------------------------------------
+
+
+class AnswerCache:
+    """DPR's answer match of (question, passage), computed once: the settings' top-100s overlap."""
+
+    def __init__(self, qa, passages):
+        self.qa, self.passages, self.known = qa, passages, {}
+
+    def __call__(self, qi: int, pi: int) -> bool:
+        from taser.evaluation.answers import has_answer
+
+        key = (qi, pi)
+        if key not in self.known:
+            self.known[key] = has_answer(self.qa[qi].answers, self.passages[pi].text, "string")
+        return self.known[key]
+
+
+def accuracy(out: Path, answers: AnswerCache, prepared: dict) -> dict:
+    import numpy as np
+
+    from taser.evaluation.ir_metrics import evaluate_qrels
+
+    p, q = np.load(out / "passages.npy"), np.load(out / "questions.npy")
+    top = np.argsort(-(q @ p.T), axis=1, kind="stable")[:, :100]
+    first = np.array([next((r for r, pi in enumerate(row) if answers(qi, int(pi))), 100) for qi, row in enumerate(top)])
+    scores = {f"top{k}": 100 * float((first < k).mean()) for k in (1, 5, 20, 100)}
+    c, qs = np.load(out / "beir-corpus.npy"), np.load(out / "beir-queries.npy")
+    sims = qs @ c.T
+    run = {qid: [(prepared["beir_ids"][j], float(sims[i, j])) for j in np.argsort(-sims[i])[:10]] for i, qid in enumerate(prepared["beir_queries"])}
+    scores["ndcg10"] = float(evaluate_qrels(run, prepared["qrels"], ks=(10,))["nDCG@10"])
+    return scores
+
+
+def median_cosine(a: Path, b: Path) -> float:
+    import numpy as np
+
+    x, y = np.load(a / "passages.npy"), np.load(b / "passages.npy")
+    cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+    return float(np.median(cos))
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def joined(values, spec: str = ".1f") -> str:
+    return ", ".join(format(v, spec) for v in values)
+
+
+def fmt_setting(library: str, setting: str) -> str:
+    return f"{library} `{setting}`"
+
+
+def report(args, prepared: dict, speed: list[dict], acc: dict, versions: str) -> str:
+    rows = ["| setting | passages/s (median) | questions/s (median) | per round (passages/s) | peak RSS GB | load s | export s |",
+            "|---|---|---|---|---|---|---|"]
+    by_setting: dict[tuple, list[dict]] = {}
+    for r in speed:
+        by_setting.setdefault((r["library"], r["setting"]), []).append(r)
+    medians = {}
+    for key, runs in by_setting.items():
+        p = statistics.median(r["passages_per_s"] for r in runs)
+        q = statistics.median(r["questions_per_s"] for r in runs)
+        medians[key] = (p, q)
+        export = max(r.get("export_s", 0.0) for r in runs)
+        rows.append(f"| {fmt_setting(*key)} | {p:.1f} | {q:.0f} | {joined(r['passages_per_s'] for r in runs)} | "
+                    f"{statistics.median(r['peak_rss_gb'] for r in runs):.2f} | {statistics.median(r['load_s'] for r in runs):.1f} | {export:.0f} |")
+    peers = {k: v for k, v in medians.items() if k[0] == "sentence-transformers"}
+    best_p = max(peers.items(), key=lambda kv: kv[1][0]) if peers else None
+    best_q = max(peers.items(), key=lambda kv: kv[1][1]) if peers else None
+    ratio = ["", "| taser setting | passages/s vs the fastest sentence-transformers | questions/s vs the fastest | passages/s per round vs that setting |",
+             "|---|---|---|---|"]
+    for key, (p, q) in medians.items():
+        if key[0] != "taser" or not best_p:
+            continue
+        per_round = []
+        for mine, theirs in zip(by_setting[key], by_setting[best_p[0]]):
+            per_round.append(mine["passages_per_s"] / theirs["passages_per_s"])
+        ratio.append(f"| `{key[1]}` | {p / best_p[1][0]:.2f}x (vs {fmt_setting(*best_p[0])}) | {q / best_q[1][1]:.2f}x (vs {fmt_setting(*best_q[0])}) | "
+                     f"{joined(per_round, '.2f')} |")
+    acc_rows = ["| model | setting | top-1 | top-5 | top-20 | top-100 | nDCG@10 (BEIR tiny) | median cosine to torch | gate |",
+                "|---|---|---|---|---|---|---|---|---|"]
+    for (model, library, setting), a in acc.items():
+        acc_rows.append(f"| {model} | {fmt_setting(library, setting)} | {a['top1']:.1f} | {a['top5']:.1f} | {a['top20']:.1f} | {a['top100']:.1f} | "
+                        f"{a['ndcg10']:.4f} | {a['cosine']:.5f} | {a.get('gate', '')} |")
+    return (
+        f"## Speed\n\n{args.rounds} rounds; {len(prepared['passages'])} passages, {len(prepared['qa'])} questions, batch {args.batch}, "
+        f"max {args.max_length} tokens.\n\n" + "\n".join(rows + ratio)
+        + "\n\nRatios are of medians over rounds; above 1 is taser faster.\n\n## Accuracy\n\n" + "\n".join(acc_rows)
+        + f"\n\nGate: top-20 within {GATE_TOP20} point of the library's `torch` for `dpr` and `taser` and nDCG@10 within {GATE_NDCG} "
+        "(the tiny BEIR fixture has 6 queries over 13 documents: it catches a broken backend, not a small drift). Peer: " + versions + "\n"
+    )
+
+
+def gate(acc: dict) -> dict[str, str]:
+    """backend -> why it failed, over the trained models; passed backends are absent."""
+    failed = {}
+    for backend in TASER_BACKENDS[1:]:
+        reasons = []
+        for model in ("dpr", "taser", "zero-shot"):
+            ref, got = acc.get((model, "taser", "torch")), acc.get((model, "taser", backend))
+            if not ref or not got:
+                continue
+            if ref["top20"] - got["top20"] > GATE_TOP20 and model != "zero-shot":
+                reasons.append(f"{model} top-20 {got['top20']:.1f} vs {ref['top20']:.1f}")
+            if ref["ndcg10"] - got["ndcg10"] > GATE_NDCG:
+                reasons.append(f"{model} nDCG@10 {got['ndcg10']:.4f} vs {ref['ndcg10']:.4f}")
+        if reasons:
+            failed[backend] = "; ".join(reasons)
+    return failed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-encode")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--max-length", type=int, default=256, help="sentence-transformers' max_seq_length (taser's checkpoint says 256 for MiniLM)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N passages and questions (a quick look)")
+    ap.add_argument("--taser-backends", nargs="+", default=list(TASER_BACKENDS), choices=TASER_BACKENDS)
+    ap.add_argument("--peer-settings", nargs="+", default=list(PEER_SETTINGS), choices=PEER_SETTINGS)
+    ap.add_argument("--peer-python", type=Path, default=ROOT / ".venv-peers-fast" / "bin" / "python",
+                    help="the environment of sentence-transformers with its onnx and openvino extras (make peers-fast-env)")
+    ap.add_argument("--dpr", help="a trained dpr checkpoint for the accuracy gate (default: train one)")
+    ap.add_argument("--taser", help="a trained taser checkpoint for the accuracy gate (default: train one)")
+    ap.add_argument("--train-steps", type=int, default=50, help="steps of the dpr and taser trained for the gate when not given")
+    ap.add_argument("--out", type=Path, default=HERE / "encode_results.md")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    ap.add_argument("--texts", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        args.out = Path(args.out)
+        print(json.dumps(taser_child(args)))
+        return
+    if args.peer_settings and not args.peer_python.is_file():
+        raise SystemExit(f"sentence-transformers' environment is missing: {args.peer_python} (make peers-fast-env, or --peer-settings with nothing)")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args.work.mkdir(parents=True, exist_ok=True)
+    prepared = prepare(args)
+    texts, models = prepared["texts"], prepared["models"]
+    from taser.models.pretrained import SHIPPED_MODEL, resolve_pretrained
+
+    st_model = str(resolve_pretrained(SHIPPED_MODEL))
+    settings = [("taser", b) for b in args.taser_backends] + [("sentence-transformers", s) for s in args.peer_settings]
+    speed, vectors = [], {}
+    for rnd in range(1, args.rounds + 1):
+        for library, setting in settings:
+            out = args.work / "vectors" / "zero-shot" / library / setting
+            model = models["zero-shot"] if library == "taser" else st_model
+            result = {"round": rnd, **run_child(library, setting, model, out, args, texts)}
+            speed.append(result)
+            vectors[("zero-shot", library, setting)] = out
+            print(json.dumps(result), flush=True)
+    for name in TRAINED:
+        for backend in args.taser_backends:
+            out = args.work / "vectors" / name / "taser" / backend
+            print(json.dumps({"model": name, **run_child("taser", backend, models[name], out, args, texts)}), flush=True)
+            vectors[(name, "taser", backend)] = out
+    answers = AnswerCache(prepared["qa"], prepared["passages"])
+    acc = {}
+    for key, out in vectors.items():
+        acc[key] = accuracy(out, answers, prepared)
+        acc[key]["cosine"] = median_cosine(vectors[(key[0], key[1], "torch")], out) if (key[0], key[1], "torch") in vectors else float("nan")
+    failed = gate(acc)
+    for key in acc:
+        if key[1] == "taser" and key[2] != "torch":
+            acc[key]["gate"] = f"fails: {failed[key[2]]}" if key[2] in failed else "passes"
+    versions = json.dumps(next((r.get("versions") for r in speed if r.get("versions")), {}))
+    record = {"speed": speed, "accuracy": {" / ".join(k): v for k, v in acc.items()}, "failed_gate": failed}
+    (args.work / "results.json").write_text(json.dumps(record, indent=2))
+    text = (f"# CPU encoding: taser's backends vs sentence-transformers' backends\n\nCommand: `{command_line(__file__)}`\n\n{machine_line()}\n\n"
+            + __doc__.split("\n\n", 2)[2] + "\n" + report(args, prepared, speed, acc, versions))
+    write_keeping_section(args.out, text, NOTES)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Where ONNX Runtime spends a passage encoding, per operator type, for taser's `onnx` and
+`onnx_int8` graphs (ONNX Runtime's own profiler), on the protocol's passages in length-sorted
+batches of 64 as `encode_passages` builds them.
+
+    python benchmarks/peers/profile_onnx.py --checkpoint outputs/bench-encode/models/zero-shot/initial
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from common import ROOT, command_line, machine_line  # noqa: E402
+
+
+def batches(checkpoint: Path, passages_tsv: Path, count: int, size: int):
+    import numpy as np
+
+    from taser.data.passages import read_passages
+    from taser.models.biencoder import load_tokenizer
+    from taser.models.inputs import passage_ids
+
+    tokenizer = load_tokenizer(checkpoint)
+    passages = [p for _, p in zip(range(count), read_passages(passages_tsv))]
+    ids = sorted(passage_ids(tokenizer, [p.title for p in passages], [p.text for p in passages], 256), key=len, reverse=True)
+    for b in range(0, len(ids), size):
+        chunk = ids[b : b + size]
+        width = max(map(len, chunk))
+        input_ids = np.zeros((len(chunk), width), np.int64)
+        mask = np.zeros_like(input_ids)
+        for i, x in enumerate(chunk):
+            input_ids[i, : len(x)], mask[i, : len(x)] = x, 1
+        yield input_ids, mask
+
+
+def profile(graph: Path, feeds: list, threads: int) -> dict[str, float]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.enable_profiling = True
+    session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    for input_ids, mask in feeds:
+        session.run(None, {"input_ids": input_ids, "attention_mask": mask})
+    trace = Path(session.end_profiling())
+    per_op: collections.Counter = collections.Counter()
+    for event in json.loads(trace.read_text()):
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            per_op[event["args"]["op_name"]] += event["dur"]
+    trace.unlink()
+    total = sum(per_op.values())
+    return {op: 100 * t / total for op, t in per_op.most_common()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--checkpoint", type=Path, default=ROOT / "outputs" / "bench-encode" / "models" / "zero-shot" / "initial")
+    ap.add_argument("--passages", type=Path, default=ROOT / "outputs" / "bench-encode" / "data" / "passages.tsv")
+    ap.add_argument("--count", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=HERE / "profile_onnx.md")
+    args = ap.parse_args()
+    from taser.models.onnx_backend import prepare_graphs
+
+    feeds = list(batches(args.checkpoint, args.passages, args.count, 64))
+    lines = [f"# Where ONNX Runtime spends a passage encoding\n\nCommand: `{command_line(__file__)}`\n\n{machine_line()}\n\n"
+             f"{args.count} passages, length-sorted batches of 64, {args.threads} threads; share of the kernels' time per operator type.\n"]
+    for backend in ("onnx", "onnx_int8"):
+        shares = profile(prepare_graphs(args.checkpoint, backend) / "passage.onnx", feeds, args.threads)
+        lines.append(f"\n## `{backend}`\n\n| operator | share of kernel time |\n|---|---|")
+        lines += [f"| {op} | {share:.1f}% |" for op, share in list(shares.items())[:12]]
+    text = "\n".join(lines) + "\n"
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
