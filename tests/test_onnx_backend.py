@@ -92,6 +92,17 @@ def test_auto_picks_only_installed_backends(monkeypatch):
         backends.resolve_backend("onnx_int8", "cuda")
 
 
+def test_a_backend_that_failed_the_gate_is_never_auto_and_says_so_when_chosen(monkeypatch, caplog):
+    from taser.models import backends
+
+    assert backends.Backend.onnx_int8 in backends.FAILED_GATE and not set(backends.AUTO_ORDER) & set(backends.FAILED_GATE)
+    monkeypatch.setattr(backends, "installed", lambda b: True)
+    caplog.set_level("WARNING")
+    assert backends.resolve_backend("onnx", "cpu") == backends.Backend.onnx and "accuracy gate" not in caplog.text
+    assert backends.resolve_backend("onnx_int8", "cpu") == backends.Backend.onnx_int8
+    assert "did not pass the accuracy gate" in caplog.text and "top-20" in caplog.text
+
+
 def test_evaluate_with_the_onnx_backend(tmp_path, tiny_pretrained, mini_squad):
     """The backend reaches encoding through evaluate (passages and questions): the same top-k as
     torch, and results.json says which backend ran."""
@@ -110,3 +121,23 @@ def test_evaluate_with_the_onnx_backend(tmp_path, tiny_pretrained, mini_squad):
     again = evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / "eval-torch", k=20)
     assert again["top_k"] == results["torch"]["top_k"]
     assert json.loads((tmp_path / "eval-torch" / "dense-index" / "index" / "index.json").read_text())["backend"] == "onnx"
+
+
+def test_a_cached_graph_loads_without_pytorch_weights(tmp_path, tiny_pretrained, monkeypatch):
+    from taser.models.biencoder import BiEncoder
+    from taser.models.params import parameter_report
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "taser", taser={"specialize_every": 1})
+    first, tokenizer = load_checkpoint(path, "cpu", backend="onnx_int8")
+    assert first.parameter_counts == parameter_report(BiEncoder.load(path))
+
+    def refuse(*a, **k):
+        raise AssertionError("the weights were loaded into PyTorch although the graphs are cached")
+
+    monkeypatch.setattr(BiEncoder, "load", refuse)
+    again, _ = load_checkpoint(path, "cpu", backend="onnx_int8")
+    assert again.parameter_counts == first.parameter_counts and again.config == first.config
+    assert again.encoder_config.hidden_size == first.encoder_config.hidden_size
+    ids = tokenizer(QUESTIONS, return_tensors="pt", padding=True)
+    torch.testing.assert_close(again.encode(ids["input_ids"], ids["attention_mask"], "question"),
+                               first.encode(ids["input_ids"], ids["attention_mask"], "question"), atol=0, rtol=0)

@@ -129,6 +129,8 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str, model=None) -> P
         from taser.models.biencoder import BiEncoder
 
         model = BiEncoder.load(checkpoint)
+    from taser.models.params import parameter_report
+
     with atomic_dir(root) as tmp:
         for side in SIDES:
             exported = tmp / f"{side}.onnx"
@@ -139,7 +141,8 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str, model=None) -> P
                 plain.unlink()
             else:
                 export_side(model, side, exported)
-        (tmp / META_FILE).write_text(json.dumps({"identity": identity, "backend": backend, "checkpoint": str(checkpoint), **_versions()}, indent=2))
+        meta = {"identity": identity, "backend": backend, "checkpoint": str(checkpoint), "parameters": parameter_report(model), **_versions()}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
     log.info("%s backend: exported %s to %s", backend, checkpoint, root)
     return root
 
@@ -182,9 +185,17 @@ class OnnxEncoder:
 
 
 def load_onnx_encoder(checkpoint: str | os.PathLike, backend: str) -> OnnxEncoder:
-    from taser.models.biencoder import BiEncoder
-    from taser.models.params import parameter_report
+    """The checkpoint's cached graphs in ONNX Runtime sessions; PyTorch loads the weights only to export."""
+    from transformers import AutoConfig
 
-    model = BiEncoder.load(checkpoint)
-    root = prepare_graphs(checkpoint, backend, model)
-    return OnnxEncoder(model.config, model.encoder_config, root, backend, parameter_report(model))
+    from taser.models.biencoder import read_checkpoint_config
+
+    config, raw = read_checkpoint_config(checkpoint)
+    root = prepare_graphs(checkpoint, backend)
+    meta = json.loads((root / META_FILE).read_text())
+    if "parameters" not in meta:  # a cache written before the counts were kept in it
+        from taser.models.biencoder import BiEncoder
+        from taser.models.params import parameter_report
+
+        meta["parameters"] = parameter_report(BiEncoder.load(checkpoint))
+    return OnnxEncoder(config, AutoConfig.for_model(**raw), root, backend, meta["parameters"])
