@@ -49,7 +49,7 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
     assert "1 BM25 hard negative(s)" in text and "cls pooling, dot similarity" in text
     resolved = resolve_precision("auto")
     assert f"({torch.backends.cpu.get_cpu_capability()}," in text  # the CPU kind beside the figures
-    assert f"training in {resolved} (precision=auto), encoding in {resolved} (precision=auto)" in text
+    assert f"training in {resolved} (precision=auto), encoding in {resolved} (precision=auto) with PyTorch (backend=torch" in text
     mined = json.loads((tmp_path / "demo" / "data" / "train.bm25.json").read_text())
     assert all(r["hard_negative_ctxs"] for r in mined)
     assert trained_on == [str(tmp_path / "demo" / "data" / "train.bm25.json")]  # training read the mined negatives

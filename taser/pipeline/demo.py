@@ -48,7 +48,8 @@ def run_demo(cfg: DemoJob) -> str:
     times: dict[str, float] = {}
     runtime = precision_record(cfg.precision)
     train_runtime = precision_record(cfg.train.precision)
-    log.info("demo on %s: training in %s, encoding in %s", describe_hardware(), train_runtime["precision"], runtime["precision"])
+    log.info("demo on %s: training in %s, encoding in %s with PyTorch (backend=torch)", describe_hardware(), train_runtime["precision"],
+             runtime["precision"])
     t = time.perf_counter()
     summary = convert_squad(cfg.squad_json, out / "data", train_articles=cfg.train_articles)
     times["prepare data"] = time.perf_counter() - t
@@ -88,7 +89,7 @@ def run_demo(cfg: DemoJob) -> str:
         f"lr {tr.learning_rate}, {model_config.pooling} pooling"
         f"{', normalised' if model_config.normalize else ''}, {model_config.similarity} similarity.\n"
         f"Machine: {describe_hardware()}; training in {train_runtime['precision']} (precision={tr.precision}), "
-        f"encoding in {runtime['precision']} (precision={cfg.precision}).\n\n"
+        f"encoding in {runtime['precision']} (precision={cfg.precision}) with PyTorch (backend=torch: exact, as training computes).\n\n"
         + markdown_table(runs, ks=(1, 5, 20, 100))
         + (f"\n![top-k accuracy, k = 1..100]({plot.name})\n" if plot else "")
         + "\n## Stage times (s)\n\n| stage | seconds |\n|---|---|\n"
