@@ -95,7 +95,9 @@ def test_auto_picks_only_installed_backends(monkeypatch):
 def test_a_backend_that_failed_the_gate_is_never_auto_and_says_so_when_chosen(monkeypatch, caplog):
     from taser.models import backends
 
-    assert backends.Backend.onnx_int8 in backends.FAILED_GATE and not set(backends.AUTO_ORDER) & set(backends.FAILED_GATE)
+    assert not set(backends.AUTO_ORDER) & set(backends.FAILED_GATE)
+    monkeypatch.setattr(backends, "FAILED_GATE", {backends.Backend.onnx_int8: "trained dpr's top-20 -0.6 point"})
+    monkeypatch.setattr(backends, "AUTO_ORDER", ())
     monkeypatch.setattr(backends, "installed", lambda b: True)
     caplog.set_level("WARNING")
     assert backends.resolve_backend("onnx", "cpu") == backends.Backend.onnx and "accuracy gate" not in caplog.text
@@ -141,3 +143,30 @@ def test_a_cached_graph_loads_without_pytorch_weights(tmp_path, tiny_pretrained,
     ids = tokenizer(QUESTIONS, return_tensors="pt", padding=True)
     torch.testing.assert_close(again.encode(ids["input_ids"], ids["attention_mask"], "question"),
                                first.encode(ids["input_ids"], ids["attention_mask"], "question"), atol=0, rtol=0)
+
+
+def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_path, tiny_pretrained, caplog):
+    import onnx
+
+    from taser.models.onnx_backend import INT8_RECIPE
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "taser", taser={"specialize_every": 1})
+    load_checkpoint(path, "cpu", backend="onnx_int8")
+    cache = path / CACHE_DIR / "onnx_int8"
+    model, _ = load_checkpoint(path, "cpu")
+    enc = model.encoder_config
+    for side in ("question", "passage"):
+        graph = onnx.load(str(cache / f"{side}.onnx")).graph
+        shapes = {init.name: list(init.dims) for init in graph.initializer}
+        float_weights = [n for n in graph.node if n.op_type == "MatMul" and any(x in shapes for x in n.input)]
+        assert len(float_weights) == enc.num_hidden_layers  # one FFN down-projection per layer (the side's expert in TASER's)
+        assert all(shapes[next(x for x in n.input if x in shapes)] == [enc.intermediate_size, enc.hidden_size] for n in float_weights)
+        assert any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in graph.node)
+    meta = json.loads((cache / META_FILE).read_text())
+    assert meta["int8_recipe"] == INT8_RECIPE
+    del meta["int8_recipe"]  # a cache made before recipes were recorded (recipe 1: every MatMul in int8)
+    (cache / META_FILE).write_text(json.dumps(meta))
+    caplog.set_level("WARNING")
+    load_checkpoint(path, "cpu", backend="onnx_int8")
+    assert "made by int8 recipe 1" in caplog.text
+    assert json.loads((cache / META_FILE).read_text())["int8_recipe"] == INT8_RECIPE

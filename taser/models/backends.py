@@ -25,14 +25,12 @@ class Backend(Choice):
     onnx_int8 = "onnx_int8"  # ONNX Runtime, int8 MatMul weights, dynamic activation quantisation (CPU)
 
 
-# From benchmarks/peers/encode_results.md (AMD EPYC, AVX2, fp32, 2 cores): `onnx` passed the gate but
-# did not beat `torch` beyond noise (passages/s 25.7 vs 25.0, per round 0.8-1.1x; twice the peak RSS), so
-# it is not listed; `onnx_int8` is 1.56x `torch` on passages but failed the gate.
-AUTO_ORDER: tuple[Backend, ...] = ()  # backends that passed the accuracy gate and beat torch on CPU, fastest first
-FAILED_GATE: dict[Backend, str] = {  # backend -> what the recorded measurement found
-    Backend.onnx_int8: "trained dpr's top-20 on the SQuAD protocol 94.4 vs torch's 95.0 (-0.6 point; top-1 55.6 vs 56.8), "
-                       "nDCG@10 on the tiny BEIR set 0.790 vs 0.800 (benchmarks/peers/encode_results.md)",
-}
+# From benchmarks/peers/encode_results*.md (AMD EPYC, AVX2, fp32, 2 cores): `onnx_int8` (recipe 2: unsigned
+# per-channel weights, FFN down-projections in float32) kept trained dpr's and taser's top-20 within 0.1 point
+# and nDCG@10 equal, at 1.13x torch's passages/s and 1.20x its questions/s; `onnx` kept every figure but did
+# not beat torch beyond noise (twice the peak RSS). Recipe 1 (every MatMul int8) failed: dpr top-20 -0.6.
+AUTO_ORDER: tuple[Backend, ...] = (Backend.onnx_int8,)  # passed the accuracy gate and beat torch on CPU, fastest first
+FAILED_GATE: dict[Backend, str] = {}  # backend -> what the recorded measurement found
 
 
 def installed(backend: Backend) -> bool:
