@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import BASE_TRAIN, ROOT, command_line, machine_line, prepare_squad_with_bm25, write_keeping_section  # noqa: E402
+from common import BASE_TRAIN, ROOT, command_line, machine_line, peak_rss_gb, prepare_squad_with_bm25, write_keeping_section  # noqa: E402
 
 BEIR = ROOT / "tests" / "fixtures" / "beir-tiny"
 TASER_BACKENDS = ("torch", "onnx", "onnx_int8")
@@ -49,13 +49,6 @@ TRAINED = {
 }
 GATE_TOP20, GATE_NDCG = 0.5, 0.005
 NOTES = "## What limits the speed"
-
-
-def peak_rss_gb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024**2
-    return 0.0
 
 
 # -- the data and models --------------------------------------------------------------------------
