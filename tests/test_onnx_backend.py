@@ -97,8 +97,9 @@ def test_a_backend_that_failed_the_gate_is_never_auto_and_says_so_when_chosen(mo
 
     assert not set(backends.AUTO_ORDER) & set(backends.FAILED_GATE)
     monkeypatch.setattr(backends, "FAILED_GATE", {backends.Backend.onnx_int8: "trained dpr's top-20 -0.6 point"})
-    monkeypatch.setattr(backends, "AUTO_ORDER", ())
+    monkeypatch.setattr(backends, "AUTO_ORDER", (backends.Backend.onnx_int8, backends.Backend.onnx))
     monkeypatch.setattr(backends, "installed", lambda b: True)
+    assert backends.resolve_backend("auto", "cpu") == backends.Backend.onnx  # listed first, but failed: skipped
     caplog.set_level("WARNING")
     assert backends.resolve_backend("onnx", "cpu") == backends.Backend.onnx and "accuracy gate" not in caplog.text
     assert backends.resolve_backend("onnx_int8", "cpu") == backends.Backend.onnx_int8
@@ -148,7 +149,7 @@ def test_a_cached_graph_loads_without_pytorch_weights(tmp_path, tiny_pretrained,
 def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_path, tiny_pretrained, caplog):
     import onnx
 
-    from taser.models.onnx_backend import INT8_RECIPE
+    from taser.models.onnx_backend import RECIPES
 
     path = _checkpoint(tmp_path, tiny_pretrained, "taser", taser={"specialize_every": 1})
     load_checkpoint(path, "cpu", backend="onnx_int8")
@@ -163,10 +164,10 @@ def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_
         assert all(shapes[next(x for x in n.input if x in shapes)] == [enc.intermediate_size, enc.hidden_size] for n in float_weights)
         assert any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in graph.node)
     meta = json.loads((cache / META_FILE).read_text())
-    assert meta["int8_recipe"] == INT8_RECIPE
-    del meta["int8_recipe"]  # a cache made before recipes were recorded (recipe 1: every MatMul in int8)
+    assert meta["recipe"] == RECIPES["onnx_int8"][1] == 2
+    del meta["recipe"]  # a cache made before recipes were recorded (recipe 1: every MatMul in int8)
     (cache / META_FILE).write_text(json.dumps(meta))
     caplog.set_level("WARNING")
     load_checkpoint(path, "cpu", backend="onnx_int8")
     assert "made by int8 recipe 1" in caplog.text
-    assert json.loads((cache / META_FILE).read_text())["int8_recipe"] == INT8_RECIPE
+    assert json.loads((cache / META_FILE).read_text())["recipe"] == 2

@@ -78,10 +78,14 @@ def prepare(args) -> dict:
         "passages": [passage_string(p.title, p.text, "[SEP]") for p in passages], "questions": [x.question for x in qa],
         "beir-corpus": [passage_string(p.title, p.text, "[SEP]") for p in corpus], "beir-queries": list(queries.values()),
         "calibration": calibration,
+        # taser tokenises a passage as the pair (title, text): its children read these instead
+        "passages.pairs": [(p.title, p.text) for p in passages], "beir-corpus.pairs": [(p.title, p.text) for p in corpus],
     }.items():
         (texts / f"{name}.json").write_text(json.dumps(values))
-    models = {"zero-shot": Path(save_initial(MINILM, args.work / "models" / "zero-shot")) if not (args.work / "models" / "zero-shot" / "initial").is_dir()
-              else args.work / "models" / "zero-shot" / "initial"}
+    zero_shot = args.work / "models" / "zero-shot" / "initial"
+    if not zero_shot.is_dir():
+        save_initial(MINILM, zero_shot.parent)
+    models = {"zero-shot": zero_shot}
     for name, model_cfg in TRAINED.items():
         given = getattr(args, name)
         if given:
@@ -112,17 +116,13 @@ def taser_child(args) -> dict:
     def read(name):
         return json.loads((texts / f"{name}.json").read_text())
 
-    def as_passages(strings):  # back to (title, text): taser tokenises them as a pair
-        out = []
-        for i, s in enumerate(strings):
-            title, _, text = s.partition(" [SEP] ") if " [SEP] " in s else ("", "", s)
-            out.append(Passage(str(i), text, title))
-        return out
+    def as_passages(name):
+        return [Passage(str(i), text, title) for i, (title, text) in enumerate(read(name))]
 
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(args.checkpoint, device="cpu", backend=args.child)
     load_s = time.perf_counter() - start
-    passages, questions = as_passages(read("passages")), read("questions")
+    passages, questions = as_passages("passages.pairs"), read("questions")
     kw = {"batch_size": args.batch, "precision": "fp32"}
     encode_passages(model, tokenizer, passages[:64], **kw)
     start = time.perf_counter()
@@ -134,7 +134,7 @@ def taser_child(args) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "passages.npy", p)
     np.save(args.out / "questions.npy", q)
-    np.save(args.out / "beir-corpus.npy", encode_passages(model, tokenizer, as_passages(read("beir-corpus")), **kw))
+    np.save(args.out / "beir-corpus.npy", encode_passages(model, tokenizer, as_passages("beir-corpus.pairs"), **kw))
     np.save(args.out / "beir-queries.npy", encode_questions(model, tokenizer, read("beir-queries"), **kw))
     return {"library": "taser", "setting": args.child, "load_s": load_s, "passage_s": passage_s, "question_s": question_s,
             "passages_per_s": len(passages) / passage_s, "questions_per_s": len(questions) / question_s, "peak_rss_gb": peak_rss_gb(),
@@ -178,11 +178,12 @@ def accuracy(out: Path, answers: AnswerCache, prepared: dict) -> dict:
     import numpy as np
 
     from taser.evaluation.ir_metrics import evaluate_qrels
+    from taser.evaluation.topk import accuracy_from_ranks
 
     p, q = np.load(out / "passages.npy"), np.load(out / "questions.npy")
     top = np.argsort(-(q @ p.T), axis=1, kind="stable")[:, :100]
-    first = np.array([next((r for r, pi in enumerate(row) if answers(qi, int(pi))), 100) for qi, row in enumerate(top)])
-    scores = {f"top{k}": 100 * float((first < k).mean()) for k in (1, 5, 20, 100)}
+    ranks = [next((r + 1 for r, pi in enumerate(row) if answers(qi, int(pi))), None) for qi, row in enumerate(top)]  # lazily: stops at the first hit
+    scores = {f"top{k}": value for k, value in accuracy_from_ranks(ranks, (1, 5, 20, 100)).items()}
     c, qs = np.load(out / "beir-corpus.npy"), np.load(out / "beir-queries.npy")
     sims = qs @ c.T
     run = {qid: [(prepared["beir_ids"][j], float(sims[i, j])) for j in np.argsort(-sims[i])[:10]] for i, qid in enumerate(prepared["beir_queries"])}

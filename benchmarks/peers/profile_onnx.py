@@ -20,23 +20,16 @@ from common import ROOT, command_line, machine_line  # noqa: E402
 
 
 def batches(checkpoint: Path, passages_tsv: Path, count: int, size: int):
-    import numpy as np
-
     from taser.data.passages import read_passages
     from taser.models.biencoder import load_tokenizer
-    from taser.models.inputs import passage_ids
+    from taser.models.inputs import pad_batch, passage_ids
 
     tokenizer = load_tokenizer(checkpoint)
     passages = [p for _, p in zip(range(count), read_passages(passages_tsv))]
     ids = sorted(passage_ids(tokenizer, [p.title for p in passages], [p.text for p in passages], 256), key=len, reverse=True)
     for b in range(0, len(ids), size):
-        chunk = ids[b : b + size]
-        width = max(map(len, chunk))
-        input_ids = np.zeros((len(chunk), width), np.int64)
-        mask = np.zeros_like(input_ids)
-        for i, x in enumerate(chunk):
-            input_ids[i, : len(x)], mask[i, : len(x)] = x, 1
-        yield input_ids, mask
+        batch = pad_batch(ids[b : b + size], tokenizer.pad_token_id)
+        yield batch["input_ids"].numpy(), batch["attention_mask"].numpy()
 
 
 def profile(graph: Path, feeds: list, threads: int) -> dict[str, float]:

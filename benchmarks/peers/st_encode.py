@@ -106,7 +106,7 @@ def build(setting: str, source: str, target: Path, calibration: list[str]) -> fl
     return time.perf_counter() - start
 
 
-def lines(path: Path) -> list[str]:
+def read_json(path: Path) -> list[str]:
     return json.loads(path.read_text())
 
 
@@ -127,7 +127,7 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     target = args.work / args.setting
-    export_s = build(args.setting, args.model, target, lines(args.texts / "calibration.json"))
+    export_s = build(args.setting, args.model, target, read_json(args.texts / "calibration.json"))
     start = time.perf_counter()
     if args.setting == "torch":
         model = SentenceTransformer(args.model, device="cpu")
@@ -135,7 +135,7 @@ def main() -> None:
         model = SentenceTransformer(str(target), device="cpu", backend=backend_of(args.setting), model_kwargs={"file_name": file_of(args.setting, target)})
     model.max_seq_length = args.max_length
     load_s = time.perf_counter() - start
-    passages, questions = lines(args.texts / "passages.json"), lines(args.texts / "questions.json")
+    passages, questions = read_json(args.texts / "passages.json"), read_json(args.texts / "questions.json")
 
     def encode(texts):
         return model.encode(texts, batch_size=args.batch, convert_to_numpy=True, normalize_embeddings=False).astype(np.float32)
@@ -152,7 +152,7 @@ def main() -> None:
     np.save(args.out / "questions.npy", q)
     for name in ("beir-corpus", "beir-queries"):
         if (args.texts / f"{name}.json").is_file():
-            np.save(args.out / f"{name}.npy", encode(lines(args.texts / f"{name}.json")))
+            np.save(args.out / f"{name}.npy", encode(read_json(args.texts / f"{name}.json")))
     import sentence_transformers
 
     print(json.dumps({

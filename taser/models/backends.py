@@ -47,7 +47,7 @@ def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend
     if backend == Backend.auto:
         if device_type != "cpu":
             return Backend.torch
-        return next((b for b in AUTO_ORDER if installed(b)), Backend.torch)
+        return next((b for b in AUTO_ORDER if installed(b) and b not in FAILED_GATE), Backend.torch)
     if backend != Backend.torch:
         if device_type != "cpu":
             raise ValueError(f"backend={backend} runs on the CPU only; this run's device is {device_type} (use backend=torch or auto)")

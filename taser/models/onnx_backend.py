@@ -86,9 +86,10 @@ def export_side(model, side: str, path: Path) -> None:
         model.unpad = unpad
 
 
-# How `onnx_int8` graphs are made; a cache made by another recipe is rebuilt. 2: unsigned weights, FFN
-# down-projections kept in float32 (recipe 1, signed weights on every MatMul, failed the accuracy gate).
-INT8_RECIPE = 2
+# How each backend's graphs are made, (name, version): a cache made by another version is rebuilt.
+# int8 2: unsigned weights, FFN down-projections kept in float32 (int8 1, signed weights on every
+# MatMul, failed the accuracy gate). Caches written before versions were recorded count as 1.
+RECIPES = {"onnx": ("float32", 1), "onnx_int8": ("int8", 2)}
 
 
 def ffn_down_projections(path: Path, intermediate_size: int, hidden_size: int) -> list[str]:
@@ -131,45 +132,43 @@ def _versions() -> dict:
     return {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
 
 
-def prepare_graphs(checkpoint: str | os.PathLike, backend: str, model=None) -> Path:
+def prepare_graphs(checkpoint: str | os.PathLike, backend: str) -> Path:
     """The cache directory holding `<side>.onnx` for both sides of `checkpoint` under `backend`
-    ("onnx" or "onnx_int8"), exported now when missing or written for other weights."""
+    ("onnx" or "onnx_int8"), exported now when missing, written for other weights, or made by
+    another recipe (`RECIPES`)."""
     checkpoint = Path(checkpoint)
     root = _cache_root(checkpoint, backend)
     identity = weights_digest(checkpoint)
+    recipe_name, recipe = RECIPES[backend]
     meta_path = root / META_FILE
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        same_recipe = backend != "onnx_int8" or meta.get("int8_recipe") == INT8_RECIPE
-        if meta.get("identity") == identity and same_recipe and all((root / f"{side}.onnx").is_file() for side in SIDES):
+        made_by = meta.get("recipe", 1)
+        # a cache without parameter counts predates them: rebuilt, so loading never needs the weights in PyTorch
+        if meta.get("identity") == identity and made_by == recipe and "parameters" in meta and all((root / f"{side}.onnx").is_file() for side in SIDES):
             log.info("%s backend: graphs of %s reused from %s", backend, checkpoint, root)
             return root
-        if not same_recipe:
-            log.warning("%s backend: the cache %s was made by int8 recipe %s, this version makes %s: exporting again",
-                        backend, root, meta.get("int8_recipe", 1), INT8_RECIPE)
-        else:
-            log.warning("%s backend: the cache %s was written for other weights (identity %s, the checkpoint's is %s): exporting again",
-                        backend, root, meta.get("identity"), identity)
-    if model is None:
-        from taser.models.biencoder import BiEncoder
-
-        model = BiEncoder.load(checkpoint)
+        why = (f"made by {recipe_name} recipe {made_by}, this version makes {recipe}" if made_by != recipe
+               else f"written for other weights (identity {meta.get('identity')}, the checkpoint's is {identity})" if meta.get("identity") != identity
+               else "incomplete")
+        log.warning("%s backend: the cache %s was %s: exporting again", backend, root, why)
+    from taser.models.biencoder import BiEncoder
     from taser.models.params import parameter_report
 
+    model = BiEncoder.load(checkpoint)
+    enc = model.encoder_config
     with atomic_dir(root) as tmp:
         for side in SIDES:
             exported = tmp / f"{side}.onnx"
             if backend == "onnx_int8":
                 plain = tmp / f"{side}.fp32.onnx"
                 export_side(model, side, plain)
-                enc = model.encoder_config
                 quantize_int8(plain, exported, ffn_down_projections(plain, enc.intermediate_size, enc.hidden_size))
                 plain.unlink()
             else:
                 export_side(model, side, exported)
-        meta = {"identity": identity, "backend": backend, "checkpoint": str(checkpoint), "parameters": parameter_report(model), **_versions()}
-        if backend == "onnx_int8":
-            meta["int8_recipe"] = INT8_RECIPE
+        meta = {"identity": identity, "backend": backend, "recipe": recipe, "checkpoint": str(checkpoint), "parameters": parameter_report(model),
+                **_versions()}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
     log.info("%s backend: exported %s to %s", backend, checkpoint, root)
     return root
@@ -220,10 +219,5 @@ def load_onnx_encoder(checkpoint: str | os.PathLike, backend: str) -> OnnxEncode
 
     config, raw = read_checkpoint_config(checkpoint)
     root = prepare_graphs(checkpoint, backend)
-    meta = json.loads((root / META_FILE).read_text())
-    if "parameters" not in meta:  # a cache written before the counts were kept in it
-        from taser.models.biencoder import BiEncoder
-        from taser.models.params import parameter_report
-
-        meta["parameters"] = parameter_report(BiEncoder.load(checkpoint))
-    return OnnxEncoder(config, AutoConfig.for_model(**raw), root, backend, meta["parameters"])
+    parameters = json.loads((root / META_FILE).read_text())["parameters"]
+    return OnnxEncoder(config, AutoConfig.for_model(**raw), root, backend, parameters)
