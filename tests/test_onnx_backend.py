@@ -11,7 +11,7 @@ from conftest import tiny_model_cfg
 
 from taser.models.encoding import encode_texts
 from taser.models.loading import load_checkpoint, load_model
-from taser.models.onnx_backend import CACHE_DIR, META_FILE, onnx_available
+from taser.models.onnx_backend import CACHE_DIR, META_FILE, export_side, onnx_available
 
 pytestmark = pytest.mark.skipif(not onnx_available(), reason="the onnx extra is not installed")
 
@@ -164,10 +164,33 @@ def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_
         assert all(shapes[next(x for x in n.input if x in shapes)] == [enc.intermediate_size, enc.hidden_size] for n in float_weights)
         assert any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in graph.node)
     meta = json.loads((cache / META_FILE).read_text())
-    assert meta["recipe"] == RECIPES["onnx_int8"][1] == 2
+    assert meta["recipe"] == RECIPES["onnx_int8"][1] == 3
     del meta["recipe"]  # a cache made before recipes were recorded (recipe 1: every MatMul in int8)
     (cache / META_FILE).write_text(json.dumps(meta))
     caplog.set_level("WARNING")
     load_checkpoint(path, "cpu", backend="onnx_int8")
-    assert "made by int8 recipe 1" in caplog.text
-    assert json.loads((cache / META_FILE).read_text())["recipe"] == 2
+    assert "made by fused int8 recipe 1" in caplog.text
+    assert json.loads((cache / META_FILE).read_text())["recipe"] == 3
+
+
+@pytest.mark.parametrize("backend", ["onnx", "onnx_int8"])
+def test_attention_is_fused_without_a_nan_guard_and_needs_right_padding(tmp_path, tiny_pretrained, backend):
+    import onnx
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    fast, tokenizer = load_checkpoint(path, "cpu", backend=backend)
+    model, _ = load_checkpoint(path, "cpu")
+    layers = model.encoder_config.num_hidden_layers
+    cache = path / CACHE_DIR / backend
+    for side in ("question", "passage"):
+        ops = [n.op_type for n in onnx.load(str(cache / f"{side}.onnx")).graph.node]
+        # one fused kernel per self-attention, and not SDPA's export: no per-layer mask bias, no NaN guard on the softmax
+        assert ops.count("Attention") == layers and "IsNaN" not in ops and "Softmax" not in ops, sorted(set(ops))
+    assert json.loads((cache / META_FILE).read_text())["fused"]["passage"]["Attention"] == layers
+    ids = tokenizer(QUESTIONS, return_tensors="pt", padding=True)
+    left = torch.flip(ids["attention_mask"], dims=[1])
+    with pytest.raises(ValueError, match=r"right-padded inputs.*row 0"):
+        fast.encode(torch.flip(ids["input_ids"], dims=[1]), left, "question")
+    before = model.encoder_config._attn_implementation
+    export_side(model, "question", tmp_path / "again.onnx")  # exports with the explicit attention, then gives the model its own back
+    assert model.encoder_config._attn_implementation == before != "eager"
