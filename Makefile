@@ -35,7 +35,7 @@ gpu-check: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15
 
 # benchmarks/peers/encode.py only: sentence-transformers with its onnx and openvino backends, in an
 # environment of its own (they need transformers 4.x; taser needs 5.x).

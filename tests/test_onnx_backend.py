@@ -51,6 +51,24 @@ def test_vectors_match_torch(tmp_path, tiny_pretrained, model_type, extra, backe
         p = fast.encode(ids["input_ids"], ids["attention_mask"], "passage")
         assert not torch.allclose(q, p, atol=1e-3)
         torch.testing.assert_close(q, model.encode(ids["input_ids"], ids["attention_mask"], "question"), atol=TOLERANCE[backend], rtol=0)
+    if model_type == "dpr":
+        _assert_attention_fused(path / CACHE_DIR / backend, model.encoder_config.num_hidden_layers)
+        ids = tokenizer(QUESTIONS, return_tensors="pt", padding=True)  # the fused attention reads row lengths: left padding is refused
+        with pytest.raises(ValueError, match=r"right-padded inputs.*row 0"):
+            fast.encode(torch.flip(ids["input_ids"], dims=[1]), torch.flip(ids["attention_mask"], dims=[1]), "question")
+        before = model.encoder_config._attn_implementation
+        export_side(model, "question", tmp_path / "again.onnx")  # exports with the explicit attention, then gives the model its own back
+        assert model.encoder_config._attn_implementation == before != "eager"
+
+
+def _assert_attention_fused(cache, layers):
+    import onnx
+
+    for side in ("question", "passage"):
+        ops = [n.op_type for n in onnx.load(str(cache / f"{side}.onnx")).graph.node]
+        # one fused kernel per self-attention, and not SDPA's export: no per-layer mask bias, no NaN guard on the softmax
+        assert ops.count("Attention") == layers and "IsNaN" not in ops and "Softmax" not in ops, sorted(set(ops))
+    assert json.loads((cache / META_FILE).read_text())["fused"]["passage"]["Attention"] == layers
 
 
 def test_cache_is_reused_and_refused_for_other_weights(tmp_path, tiny_pretrained, caplog):
@@ -171,26 +189,3 @@ def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_
     load_checkpoint(path, "cpu", backend="onnx_int8")
     assert "made by fused int8 recipe 1" in caplog.text
     assert json.loads((cache / META_FILE).read_text())["recipe"] == 3
-
-
-@pytest.mark.parametrize("backend", ["onnx", "onnx_int8"])
-def test_attention_is_fused_without_a_nan_guard_and_needs_right_padding(tmp_path, tiny_pretrained, backend):
-    import onnx
-
-    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
-    fast, tokenizer = load_checkpoint(path, "cpu", backend=backend)
-    model, _ = load_checkpoint(path, "cpu")
-    layers = model.encoder_config.num_hidden_layers
-    cache = path / CACHE_DIR / backend
-    for side in ("question", "passage"):
-        ops = [n.op_type for n in onnx.load(str(cache / f"{side}.onnx")).graph.node]
-        # one fused kernel per self-attention, and not SDPA's export: no per-layer mask bias, no NaN guard on the softmax
-        assert ops.count("Attention") == layers and "IsNaN" not in ops and "Softmax" not in ops, sorted(set(ops))
-    assert json.loads((cache / META_FILE).read_text())["fused"]["passage"]["Attention"] == layers
-    ids = tokenizer(QUESTIONS, return_tensors="pt", padding=True)
-    left = torch.flip(ids["attention_mask"], dims=[1])
-    with pytest.raises(ValueError, match=r"right-padded inputs.*row 0"):
-        fast.encode(torch.flip(ids["input_ids"], dims=[1]), left, "question")
-    before = model.encoder_config._attn_implementation
-    export_side(model, "question", tmp_path / "again.onnx")  # exports with the explicit attention, then gives the model its own back
-    assert model.encoder_config._attn_implementation == before != "eager"

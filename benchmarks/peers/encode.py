@@ -1,7 +1,7 @@
 """CPU encoding, taser's backends against sentence-transformers' backends, side by side (issue 22).
 
     make peers-fast-env                             # once: sentence-transformers with its onnx/openvino extras
-    python benchmarks/peers/encode.py               # 3 rounds of every setting, ~35 min on 2 cores
+    python benchmarks/peers/encode.py               # 3 rounds of every setting, ~70 min on 2 cores
     python benchmarks/peers/encode.py --rounds 1 --limit 256   # a quick look
 
 Speed: the shipped all-MiniLM-L6-v2 (mean pooling, unit vectors) encodes the SQuAD protocol's

@@ -24,9 +24,8 @@ from taser.io import atomic_open
 from taser.progress import progress
 from taser.reader.config import ReadJob, TrainReaderJob
 from taser.reader.data import iter_for_reader, read_for_reader, training_set
-from taser.reader.metrics import score_prediction
 from taser.reader.model import Reader, load_reader, read_reader_config
-from taser.reader.reading import choose, read_passages
+from taser.reader.reading import predict, read_passages
 from taser.reader.selection import DevSelection
 from taser.reader.trainer import ReaderTrainer, ReaderTrainResult
 from taser.runtime import pick_device, precision_record
@@ -76,18 +75,6 @@ def train_reader(job: TrainReaderJob, output_dir: str | None = None) -> ReaderTr
     finally:
         if dist_info.started_group:
             destroy_distributed()
-
-
-def _prediction(record: dict, read, index: int | None, match: str) -> dict:
-    if index is None:
-        answer, ctx, p = "", {}, None
-    else:
-        p, ctx = read[index], record["ctxs"][index]
-        answer = p.answer
-    em, f1 = score_prediction(answer, record["answers"], match)
-    return {"prediction": answer, "passage_id": ctx.get("id"), "passage_rank": None if index is None else index + 1,
-            "score": None if p is None else p.relevance, "span_score": None if p is None else p.span.score,
-            "char_start": None if p is None else p.char_start, "char_end": None if p is None else p.char_end, "em": em, "f1": f1}
 
 
 def _retrieval_run(retrieval: str) -> dict:
@@ -159,7 +146,7 @@ def read(job: ReadJob) -> dict:
             for record, read_list in zip(chunk, passages):
                 by_k = {}
                 for k in ks:
-                    by_k[str(k)] = pred = _prediction(record, read_list, choose(read_list, k), job.match)
+                    by_k[str(k)] = pred = predict(record, read_list, k, job.match)
                     em[k] += pred["em"]
                     f1[k] += pred["f1"]
                     top_k[k] += any(c.get("has_answer") for c in record["ctxs"][:k])

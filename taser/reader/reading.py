@@ -16,6 +16,7 @@ import torch
 
 from taser.progress import progress
 from taser.reader.inputs import PassageInput, encode_passages, pad_passages
+from taser.reader.metrics import score_prediction
 from taser.reader.model import Reader
 from taser.reader.spans import Span, best_span, span_text
 from taser.runtime import autocast
@@ -81,3 +82,15 @@ def choose(passages: Sequence[ReadPassage], k: int) -> int | None:
         if p.span is not None and (best is None or p.relevance > passages[best].relevance):
             best = i
     return best
+
+
+def predict(record: dict, passages: Sequence[ReadPassage], k: int, match: str) -> dict:
+    """The answer to `record` from its first `k` read `passages` (`choose`), scored against its answers
+    (EM and F1 under `match`), with the passage and span it came from."""
+    index = choose(passages, k)
+    p, ctx = (None, {}) if index is None else (passages[index], record["ctxs"][index])
+    answer = "" if p is None else p.answer
+    em, f1 = score_prediction(answer, record["answers"], match)
+    return {"prediction": answer, "passage_id": ctx.get("id"), "passage_rank": None if index is None else index + 1,
+            "score": None if p is None else p.relevance, "span_score": None if p is None else p.span.score,
+            "char_start": None if p is None else p.char_start, "char_end": None if p is None else p.char_end, "em": em, "f1": f1}

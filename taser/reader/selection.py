@@ -16,9 +16,8 @@ from pathlib import Path
 
 import torch
 
-from taser.reader.metrics import score_prediction
 from taser.reader.model import Reader
-from taser.reader.reading import choose, read_passages
+from taser.reader.reading import predict, read_passages
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +53,8 @@ class DevSelection:
         model.train(was_training)
         em = f1 = 0.0
         for record, passages in zip(self.records, read):
-            index = choose(passages, self.passages)
-            answer = passages[index].answer if index is not None else ""
-            e, f = score_prediction(answer, record["answers"], self.match)
-            em, f1 = em + e, f1 + f
+            prediction = predict(record, passages, self.passages, self.match)
+            em, f1 = em + prediction["em"], f1 + prediction["f1"]
         n = len(self.records)
         return 100 * em / n, 100 * f1 / n
 
