@@ -51,8 +51,8 @@ def test_vectors_match_torch(tmp_path, tiny_pretrained, model_type, extra, backe
         p = fast.encode(ids["input_ids"], ids["attention_mask"], "passage")
         assert not torch.allclose(q, p, atol=1e-3)
         torch.testing.assert_close(q, model.encode(ids["input_ids"], ids["attention_mask"], "question"), atol=TOLERANCE[backend], rtol=0)
+    _assert_attention_fused(path / CACHE_DIR / backend, model.encoder_config.num_hidden_layers)  # TASER's specialised blocks too
     if model_type == "dpr":
-        _assert_attention_fused(path / CACHE_DIR / backend, model.encoder_config.num_hidden_layers)
         ids = tokenizer(QUESTIONS, return_tensors="pt", padding=True)  # the fused attention reads row lengths: left padding is refused
         with pytest.raises(ValueError, match=r"right-padded inputs.*row 0"):
             fast.encode(torch.flip(ids["input_ids"], dims=[1]), torch.flip(ids["attention_mask"], dims=[1]), "question")
@@ -144,6 +144,50 @@ def test_evaluate_with_the_onnx_backend(tmp_path, tiny_pretrained, mini_squad):
     assert json.loads((tmp_path / "eval-torch" / "dense-index" / "index" / "index.json").read_text())["backend"] == "onnx"
 
 
+def test_vectors_of_another_recipe_are_not_reused_and_auto_is_recorded_as_resolved(tmp_path, tiny_pretrained, mini_squad, monkeypatch):
+    from taser.models import backends
+    from taser.pipeline.evaluate import RetrieverSettings, evaluate_qa
+    from taser.retrieval.embeddings import ShardWriter
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    index_json = tmp_path / "eval" / "dense-index" / "index" / "index.json"
+    settings = RetrieverSettings("dense", path, None, batch_size=16, precision="fp32", device="cpu", backend="onnx")
+    evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / "eval", k=20)
+    first = json.loads(index_json.read_text())
+    assert (first["backend"], first["backend_recipe"]) == ("onnx", backends.RECIPES["onnx"][1])
+    # a newer recipe of the same backend: its graphs are rebuilt and the index of the older one's vectors is not reused
+    monkeypatch.setitem(backends.RECIPES, backends.Backend.onnx, ("fused float32", 99))
+    monkeypatch.setattr(backends, "AUTO_ORDER", (backends.Backend.onnx,))
+    settings = RetrieverSettings("dense", path, None, batch_size=16, precision="fp32", device="cpu", backend="auto")
+    result = evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / "eval", k=20)
+    again = json.loads(index_json.read_text())
+    assert (again["backend"], again["backend_recipe"]) == ("onnx", 99) and result["backend"] == "onnx"  # auto, recorded as what it ran
+    assert json.loads((path / CACHE_DIR / "onnx" / META_FILE).read_text())["recipe"] == 99
+    # and a shard begun by one recipe does not resume under another
+    manifest = {"checkpoint": "c", "passages": "p", "num_shards": 1, "shard_id": 0, "start": 0, "end": 4, "chunk_size": 2, "dtype": "float32"}
+    ShardWriter(tmp_path / "emb", {**manifest, **backends.backend_record("onnx")})
+    monkeypatch.setitem(backends.RECIPES, backends.Backend.onnx, ("fused float32", 100))
+    with pytest.raises(ValueError, match="backend_recipe differ"):
+        ShardWriter(tmp_path / "emb", {**manifest, **backends.backend_record("onnx")})
+    with pytest.raises(ValueError, match="not auto"):
+        backends.backend_record("auto")
+    assert backends.backend_record("torch") == {}
+
+
+def test_a_failed_export_gives_the_model_its_attention_and_padding_back(tmp_path, tiny_pretrained, monkeypatch):
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    model, _ = load_checkpoint(path, "cpu")
+    before = (model.unpad, model.encoder_config._attn_implementation)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("export failed")
+
+    monkeypatch.setattr(torch.onnx, "export", fail)
+    with pytest.raises(RuntimeError, match="export failed"):
+        export_side(model, "passage", tmp_path / "p.onnx")
+    assert (model.unpad, model.encoder_config._attn_implementation) == before and before[1] != "eager"
+
+
 def test_a_cached_graph_loads_without_pytorch_weights(tmp_path, tiny_pretrained, monkeypatch):
     from taser.models.biencoder import BiEncoder
     from taser.models.params import parameter_report
@@ -187,5 +231,5 @@ def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_
     (cache / META_FILE).write_text(json.dumps(meta))
     caplog.set_level("WARNING")
     load_checkpoint(path, "cpu", backend="onnx_int8")
-    assert "made by fused int8 recipe 1" in caplog.text
+    assert "made by recipe 1, this version makes fused int8 recipe 3" in caplog.text
     assert json.loads((cache / META_FILE).read_text())["recipe"] == 3

@@ -38,6 +38,24 @@ FAILED_GATE: dict[Backend, str] = {  # backend -> what the recorded measurement 
 }
 
 
+# How each ONNX backend's graphs are made, (name, version) (`taser.models.onnx_backend`): a graph cache,
+# an embeddings shard or an index made by another version is not mixed with this one's. float32 2 / int8 3:
+# explicit attention fused by ONNX Runtime's transformer optimizer (1 / 2: PyTorch's SDPA as exported).
+# int8 2 and 3: unsigned weights, FFN down-projections kept in float32 (int8 1, signed weights on every
+# MatMul, failed the accuracy gate); the fused attention's QKV projection stays float32. Caches written
+# before versions were recorded count as 1.
+RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3)}
+
+
+def backend_record(backend: Backend | str) -> dict:
+    """What an embeddings manifest or an index records of the (resolved) backend that made its
+    vectors: {} for torch (as before backends existed), else its name and recipe version."""
+    backend = Backend.parse(backend, "backend")
+    if backend == Backend.auto:
+        raise ValueError("backend_record needs the resolved backend, not auto (resolve_backend)")
+    return {} if backend == Backend.torch else {"backend": str(backend), "backend_recipe": RECIPES[backend][1]}
+
+
 def installed(backend: Backend) -> bool:
     if backend in (Backend.onnx, Backend.onnx_int8):
         from taser.models.onnx_backend import onnx_available

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from taser.io import atomic_dir
+from taser.models.backends import RECIPES
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,13 @@ def export_side(model, side: str, path: Path) -> None:
     """`model`'s `side` encoder as an ONNX graph at `path` (batch and length dynamic), in float32,
     padded, with the explicit attention (see the module's docstring)."""
     model = model.float().cpu().eval()
-    unpad, model.unpad = model.unpad, False  # the padded path: no data-dependent shapes in the graph
-    attention = [e.config._attn_implementation for e in _encoders(model)]
-    for encoder in _encoders(model):
-        encoder.set_attn_implementation("eager")
+    unpad, attention = model.unpad, [e.config._attn_implementation for e in _encoders(model)]
     try:
+        model.unpad = False  # the padded path: no data-dependent shapes in the graph
+        for encoder in _encoders(model):
+            encoder.set_attn_implementation("eager")
+            if encoder.config._attn_implementation != "eager":  # transformers only warns when a model cannot switch
+                raise ValueError(f"{type(encoder).__name__} cannot switch to the explicit (eager) attention the ONNX export needs")
         length = 16
         ids = torch.full((2, length), 1000, dtype=torch.long)
         mask = torch.ones((2, length), dtype=torch.long)
@@ -107,8 +110,9 @@ def export_side(model, side: str, path: Path) -> None:
 def fuse_transformer(source: Path, target: Path, encoder_config) -> dict:
     """ONNX Runtime's BERT fusions (attention, embeddings + LayerNorm, residual + LayerNorm, bias +
     GELU) of the graph at `source`, written to `target`; the count of each fused operator. A block
-    the patterns do not match (TASER's specialised attention) stays as exported: the rewrite never
-    changes what the graph computes."""
+    the patterns do not match (TASER's specialised attention) stays as exported. For right-padded
+    inputs the rewrite never changes what the graph computes (a fused attention reads each row's
+    length from the mask)."""
     from onnxruntime.transformers import optimizer
 
     fused = optimizer.optimize_model(str(source), model_type="bert", num_heads=encoder_config.num_attention_heads,
@@ -117,12 +121,6 @@ def fuse_transformer(source: Path, target: Path, encoder_config) -> dict:
     return {op: n for op, n in fused.get_fused_operator_statistics().items() if n}
 
 
-# How each backend's graphs are made, (name, version): a cache made by another version is rebuilt.
-# float32 2 / int8 3: explicit attention, fused by ONNX Runtime's transformer optimizer (1 / 2: SDPA
-# as exported). int8 2 and 3: unsigned weights, FFN down-projections kept in float32 (int8 1, signed
-# weights on every MatMul, failed the accuracy gate); the fused attention's QKV projection stays
-# float32. Caches written before versions were recorded count as 1.
-RECIPES = {"onnx": ("fused float32", 2), "onnx_int8": ("fused int8", 3)}
 
 
 def ffn_down_projections(path: Path, intermediate_size: int, hidden_size: int) -> list[str]:
@@ -180,10 +178,11 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str) -> Path:
         meta = json.loads(meta_path.read_text())
         made_by = meta.get("recipe", 1)
         # a cache without parameter counts predates them: rebuilt, so loading never needs the weights in PyTorch
-        if meta.get("identity") == identity and made_by == recipe and "parameters" in meta and all((root / f"{side}.onnx").is_file() for side in SIDES):
+        complete = "parameters" in meta and "fused" in meta and all((root / f"{side}.onnx").is_file() for side in SIDES)
+        if meta.get("identity") == identity and made_by == recipe and complete:
             log.info("%s backend: graphs of %s reused from %s", backend, checkpoint, root)
             return root
-        why = (f"made by {recipe_name} recipe {made_by}, this version makes {recipe}" if made_by != recipe
+        why = (f"made by recipe {made_by}, this version makes {recipe_name} recipe {recipe}" if made_by != recipe
                else f"written for other weights (identity {meta.get('identity')}, the checkpoint's is {identity})" if meta.get("identity") != identity
                else "incomplete")
         log.warning("%s backend: the cache %s was %s: exporting again", backend, root, why)
@@ -198,6 +197,9 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str) -> Path:
             exported, plain, fused = tmp / f"{side}.onnx", tmp / f"{side}.export.onnx", tmp / f"{side}.fused.onnx"
             export_side(model, side, plain)
             fusions[side] = fuse_transformer(plain, fused, enc)
+            if fusions[side].get("Attention", 0) < enc.num_hidden_layers:
+                log.warning("%s backend: %d of %d self-attentions of the %s graph fused (the others run unfused)", backend,
+                            fusions[side].get("Attention", 0), enc.num_hidden_layers, side)
             plain.unlink()
             if backend == "onnx_int8":
                 quantize_int8(fused, exported, ffn_down_projections(fused, enc.intermediate_size, enc.hidden_size))
@@ -227,14 +229,17 @@ class OnnxEncoder:
     training = False
     device = torch.device("cpu")
 
-    def __init__(self, config, encoder_config, root: Path, backend: str, parameter_counts: dict, threads: int | None = None):
+    def __init__(self, config, encoder_config, root: Path, backend: str, parameter_counts: dict, threads: int | None = None,
+                 fused: dict | None = None):
         self.config, self.encoder_config, self.backend, self.root = config, encoder_config, backend, root
         self.parameter_counts = parameter_counts  # the exported model's (taser.models.params)
+        # sides whose graph has a fused attention, which reads each row's length: they need right padding
+        self.reads_lengths = {side for side, ops in (fused or {}).items() if ops.get("Attention", 0)}
         self.sessions = {side: _session(root / f"{side}.onnx", threads or torch.get_num_threads()) for side in SIDES}
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
         mask = attention_mask.cpu().numpy().astype(np.int64)
-        if mask.shape[1] > 1 and (np.diff(mask, axis=1) > 0).any():
+        if side in self.reads_lengths and (np.diff(mask, axis=1) > 0).any():
             row = int(np.nonzero((np.diff(mask, axis=1) > 0).any(axis=1))[0][0])
             raise ValueError(f"the {self.backend} backend needs right-padded inputs (the fused attention reads each row's length); "
                              f"row {row} of the batch has a pad before a token: {mask[row].tolist()}")  # fmt: skip
@@ -261,5 +266,5 @@ def load_onnx_encoder(checkpoint: str | os.PathLike, backend: str) -> OnnxEncode
 
     config, raw = read_checkpoint_config(checkpoint)
     root = prepare_graphs(checkpoint, backend)
-    parameters = json.loads((root / META_FILE).read_text())["parameters"]
-    return OnnxEncoder(config, AutoConfig.for_model(**raw), root, backend, parameters)
+    meta = json.loads((root / META_FILE).read_text())
+    return OnnxEncoder(config, AutoConfig.for_model(**raw), root, backend, meta["parameters"], fused=meta["fused"])

@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from taser.data.passage_store import PassageStore
+from taser.models.backends import backend_record, resolve_backend
 from taser.models.encoding import device_of, encode_ids, encoding_runtime
 from taser.models.inputs import passage_ids
 from taser.models.loading import load_checkpoint
 from taser.progress import progress as progress_bar
 from taser.retrieval.embeddings import ShardWriter, checkpoint_identity, passages_identity, shard_range
-from taser.runtime import describe_hardware
+from taser.runtime import describe_hardware, pick_device
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,8 @@ def encode_corpus(
 ) -> dict:
     """Encode shard `shard_id` of `num_shards` (default: this torchrun rank of the world) into
     `out_dir/shard_<k>_of_<n>/`; see `taser.retrieval.embeddings` for the layout and checks.
-    `backend` (`taser.models.backends`) runs the encoder; it is in the manifest, so a resumed shard
-    never mixes vectors of two backends.
+    `backend` (`taser.models.backends`) runs the encoder; the backend it resolves to (and its recipe)
+    is in the manifest, so a resumed shard never mixes vectors of two backends or recipes.
 
     Only the shard's own rows of the TSV are read (after one scan that indexes the file;
     `offsets_cache` keeps that index for the next shard). `dtype="float16"` halves the disk.
@@ -55,13 +56,14 @@ def encode_corpus(
     if shard_id is None:
         shard_id, num_shards = launcher_shard()
     start_time = time.perf_counter()
+    backend = resolve_backend(backend, pick_device(device).type)  # `auto` is recorded as what it ran
     with PassageStore(passages_tsv, cache=offsets_cache) as store:
         start, end = shard_range(len(store), shard_id, num_shards)
         if start == end:
             raise ValueError(f"{passages_tsv}: shard {shard_id} of {num_shards} has no passages ({len(store)} in all)")
         manifest = {"checkpoint": checkpoint_identity(checkpoint), "passages": passages_identity(passages_tsv, len(store)),
                     "num_shards": num_shards, "shard_id": shard_id, "start": start, "end": end, "chunk_size": chunk_size, "dtype": dtype,
-                    **({"backend": str(backend)} if str(backend) != "torch" else {})}
+                    **backend_record(backend)}
         writer = ShardWriter(out_dir, manifest)
         done = writer.done()
         if done:

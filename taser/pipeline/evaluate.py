@@ -71,24 +71,29 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
                 backend: str = "torch") -> Path:
     """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
     this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built."""
+    from taser.models.backends import backend_record, resolve_backend
     from taser.models.biencoder import read_checkpoint_config
     from taser.pipeline.encode import encode_corpus
     from taser.pipeline.index import build_index
     from taser.retrieval.embeddings import check_same_passages, checkpoint_identity, shard_dir
     from taser.retrieval.faiss_index import metric_for
     from taser.retrieval.index_types import IndexConfig
+    from taser.runtime import pick_device
 
     work = Path(work_dir)
     index_dir, embeddings = work / "index", work / "embeddings"
     identity = checkpoint_identity(checkpoint)
+    backend = resolve_backend(backend, pick_device(device).type)
+    made_by = backend_record(backend)
 
     def made_here(record: dict) -> bool:
-        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint, passages file and backend."""
+        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint, passages file and backend (and its recipe)."""
         try:
             check_same_passages(record.get("passages"), passages_tsv, str(work))
         except ValueError:
             return False
-        return record.get("passages") is not None and record.get("checkpoint") == identity and record.get("backend", "torch") == str(backend)
+        return (record.get("passages") is not None and record.get("checkpoint") == identity
+                and {k: record[k] for k in ("backend", "backend_recipe") if k in record} == made_by)
 
     if (index_dir / "index.json").is_file() and made_here(json.loads((index_dir / "index.json").read_text())):
         log.info("reusing the flat index %s of %s", index_dir, checkpoint)

@@ -39,7 +39,7 @@ def build_index(embeddings: str | os.PathLike, out_dir: str | os.PathLike, confi
     manifests = read_manifests(embeddings)
     count, dim = manifests[-1]["end"], manifests[0]["dim"]
     meta = {"checkpoint": manifests[0]["checkpoint"], "passages": manifests[0]["passages"],
-            **({"backend": manifests[0]["backend"]} if "backend" in manifests[0] else {})}  # vectors not from torch say so
+            **{k: manifests[0][k] for k in ("backend", "backend_recipe") if k in manifests[0]}}  # vectors not from torch say so
     index = PassageIndex.build_streamed(_shown(lambda: iter_chunks(embeddings, manifests), count), count, dim, config, meta)
     if config.part is not None:  # one part per process: the others are written beside it by their own processes
         out_dir = part_dir(out_dir, config.part)
