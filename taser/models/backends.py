@@ -47,6 +47,9 @@ FAILED_GATE: dict[Backend, str] = {  # backend -> what the recorded measurement 
 RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3)}
 
 
+RECORD_KEYS = ("backend", "backend_recipe")  # what backend_record writes
+
+
 def backend_record(backend: Backend | str) -> dict:
     """What an embeddings manifest or an index records of the (resolved) backend that made its
     vectors: {} for torch (as before backends existed), else its name and recipe version."""
@@ -54,6 +57,11 @@ def backend_record(backend: Backend | str) -> dict:
     if backend == Backend.auto:
         raise ValueError("backend_record needs the resolved backend, not auto (resolve_backend)")
     return {} if backend == Backend.torch else {"backend": str(backend), "backend_recipe": RECIPES[backend][1]}
+
+
+def recorded_backend(record: dict) -> dict:
+    """The `backend_record` part of a manifest or an index's record ({} for torch's vectors)."""
+    return {k: record[k] for k in RECORD_KEYS if k in record}
 
 
 def installed(backend: Backend) -> bool:

@@ -121,8 +121,6 @@ def fuse_transformer(source: Path, target: Path, encoder_config) -> dict:
     return {op: n for op, n in fused.get_fused_operator_statistics().items() if n}
 
 
-
-
 def ffn_down_projections(path: Path, intermediate_size: int, hidden_size: int) -> list[str]:
     """The MatMul nodes whose weight is an FFN's down-projection ([intermediate, hidden]): the
     layers whose inputs (after GELU) have the widest range, where int8 costs the most accuracy."""
@@ -239,8 +237,9 @@ class OnnxEncoder:
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
         mask = attention_mask.cpu().numpy().astype(np.int64)
-        if side in self.reads_lengths and (np.diff(mask, axis=1) > 0).any():
-            row = int(np.nonzero((np.diff(mask, axis=1) > 0).any(axis=1))[0][0])
+        left_padded = (np.diff(mask, axis=1) > 0).any(axis=1) if side in self.reads_lengths else None
+        if left_padded is not None and left_padded.any():
+            row = int(np.argmax(left_padded))
             raise ValueError(f"the {self.backend} backend needs right-padded inputs (the fused attention reads each row's length); "
                              f"row {row} of the batch has a pad before a token: {mask[row].tolist()}")  # fmt: skip
         feed = {"input_ids": input_ids.cpu().numpy().astype(np.int64), "attention_mask": mask}

@@ -71,7 +71,7 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
                 backend: str = "torch") -> Path:
     """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
     this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built."""
-    from taser.models.backends import backend_record, resolve_backend
+    from taser.models.backends import backend_record, recorded_backend, resolve_backend
     from taser.models.biencoder import read_checkpoint_config
     from taser.pipeline.encode import encode_corpus
     from taser.pipeline.index import build_index
@@ -93,7 +93,7 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
         except ValueError:
             return False
         return (record.get("passages") is not None and record.get("checkpoint") == identity
-                and {k: record[k] for k in ("backend", "backend_recipe") if k in record} == made_by)
+                and recorded_backend(record) == made_by)
 
     if (index_dir / "index.json").is_file() and made_here(json.loads((index_dir / "index.json").read_text())):
         log.info("reusing the flat index %s of %s", index_dir, checkpoint)

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 
+from taser.models.backends import recorded_backend
 from taser.progress import progress
 from taser.retrieval.embeddings import iter_chunks, read_manifests
 from taser.retrieval.faiss_index import PassageIndex, part_dir
@@ -39,7 +40,7 @@ def build_index(embeddings: str | os.PathLike, out_dir: str | os.PathLike, confi
     manifests = read_manifests(embeddings)
     count, dim = manifests[-1]["end"], manifests[0]["dim"]
     meta = {"checkpoint": manifests[0]["checkpoint"], "passages": manifests[0]["passages"],
-            **{k: manifests[0][k] for k in ("backend", "backend_recipe") if k in manifests[0]}}  # vectors not from torch say so
+            **recorded_backend(manifests[0])}  # vectors not from torch say so
     index = PassageIndex.build_streamed(_shown(lambda: iter_chunks(embeddings, manifests), count), count, dim, config, meta)
     if config.part is not None:  # one part per process: the others are written beside it by their own processes
         out_dir = part_dir(out_dir, config.part)

@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from taser.io import atomic_open, atomic_path
+from taser.models.backends import RECORD_KEYS
 
 FORMAT = "taser-embeddings-1"
 DTYPES = ("float32", "float16")
 _SHARD_DIR = re.compile(r"shard_(\d+)_of_(\d+)$")
-_FIXED = ("format", "checkpoint", "passages", "num_shards", "shard_id", "start", "end", "chunk_size", "dtype", "backend",
-          "backend_recipe")  # must match to resume
+_FIXED = ("format", "checkpoint", "passages", "num_shards", "shard_id", "start", "end", "chunk_size", "dtype",
+          *RECORD_KEYS)  # must match to resume
 
 
 def shard_range(rows: int, shard_id: int, num_shards: int) -> tuple[int, int]:
