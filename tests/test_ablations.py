@@ -39,6 +39,9 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
     taser_line = next(line for line in text.splitlines() if line.startswith("| taser T=1 |"))
     assert " ± " in taser_line and "| 2 |" in taser_line
     assert "Holm" in text and "2 training seed(s)" in text and "Machine:" in text and "Command: `python benchmarks/ablations/run.py" in text
+    assert text.count("## Seed against seed") == 1  # once, not once per baseline
+    assert "| taser T=1 | 0 of 1 (largest Δ" in text or "| taser T=1 | 1 of 1 (largest Δ" in text
+    assert "### Against dpr, seed by seed" in text
     # a hand-written closing section survives the rewrite, and a second run trains nothing
     results_md = tmp_path / "out" / "results.md"
     results_md.write_text(results_md.read_text() + "\n## What the study supports\n\nwritten by hand\n")

@@ -253,7 +253,7 @@ def ensure_dpr(args, data: dict, seed: int) -> None:
 def write_results(args) -> str:
     """`results.md` from every finished (row, seed) under the work directory."""
     from taser.evaluation.comparison import StatsSettings
-    from taser.evaluation.report import plot_curves, plot_file_name, read_runs, report_markdown
+    from taser.evaluation.report import plot_curves, plot_file_name, read_runs, report_markdown, seed_checks_markdown
 
     done = [(row, seed) for row in ROWS for seed in (args.seeds if row.seeded else [None]) if finished(args, row, seed)]
     if not done:
@@ -283,8 +283,11 @@ def write_results(args) -> str:
         if baseline not in names:
             continue
         stats = StatsSettings(baseline=baseline, resamples=args.resamples)
-        body = report_markdown(runs, {}, ks=(1, 5, 20, 100), title=f"Against {baseline}", stats=stats)
+        body = report_markdown(runs, {}, ks=(1, 5, 20, 100), title=f"Against {baseline}", stats=stats, seed_checks=False)
         text.append("#" + body.replace("\n## ", "\n### "))
+    checks = seed_checks_markdown(runs, StatsSettings(resamples=args.resamples), ks=(1, 5, 20, 100))
+    if checks:
+        text.append(checks)
     if plot:
         text.append(f"![top-k accuracy, mean over seeds, shaded min-max]({plot.name})\n")
     if times:

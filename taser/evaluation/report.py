@@ -8,7 +8,9 @@ training seeds make one cell: mean ± standard deviation, with n in the `seeds` 
 runs wrote per-question outcomes, each cell also carries a bootstrap confidence interval over
 questions, and, with a `baseline` system, a mark when it differs significantly from the
 baseline's (`taser.evaluation.comparison`); a note under the table says which test, which
-correction, and how many seeds and questions.
+correction, and how many seeds and questions. Systems with several seeds add the seed checks of
+`taser.evaluation.seed_checks`: each system against the baseline seed by seed, and every two
+seeds of one system under the same test.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from taser.evaluation.runs import (
     read_runs,
     system_name,
 )
+from taser.evaluation.seed_checks import SeedPair, seed_against_seed, seed_by_seed
 from taser.io import atomic_open, atomic_path
 
 __all__ = ["BEIR_METRICS", "RESULTS_FILE", "TASKS", "RunResult", "StatsSettings", "check_beir_metrics", "find_results", "markdown_table",
-           "plot_curves", "plot_file_name", "read_run", "read_runs", "relations_table", "report_markdown", "system_name", "write_report"]
+           "plot_curves", "plot_file_name", "read_run", "read_runs", "relations_table", "report_markdown", "seed_checks_markdown", "system_name",
+           "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,68 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
     return "\n".join(lines) + "\n"
 
 
+def _signed(value: float, metric: str) -> str:
+    return ("+" if value >= 0 else "−") + _number(abs(value), metric)
+
+
+def seed_by_seed_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                       beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Each system's figure minus the baseline's at the same training seed, seed by seed ("" when no
+    system shares a seed with the baseline)."""
+    baseline = comparison.settings.baseline
+    if baseline is None:
+        return ""
+    columns = _columns(runs, ks, beir_metrics)
+    diffs = seed_by_seed(runs, [(d, m) for d, m, _ in columns], baseline)
+    if not diffs:
+        return ""
+    head = ["system", *(f"Δ {c[2]}" for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in _in_order(r.system for r in runs):
+        cells = [diffs.get((system, d, m)) for d, m, _ in columns]
+        if any(cells):
+            lines.append("| " + " | ".join([system, *("–" if c is None else ", ".join(f"{seed}: {_signed(v, m)}" for seed, v in c)
+                                                      for c, (_, m, _) in zip(cells, columns))]) + " |")
+    seeds = sorted({s for c in diffs.values() for s, _ in c})
+    return ("\n".join(lines) + f"\n\nEach cell, `seed: Δ`: the system's figure minus {baseline}'s at the same training seed "
+            "(runs at one seed share the batches and negatives drawn). A recipe that is better "
+            f"should be better at every seed. These are shown, not tested: over {len(seeds)} seeds a sign-flip test cannot give a "
+            f"two-sided p below 2 / 2^{len(seeds)} = {2 / 2 ** len(seeds):.2g}.\n")
+
+
+def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | None = None, ks: Sequence[int | str] = (20, 100),
+                         beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """"## Seed against seed": every two seeds of each system under the paired test over questions
+    (uncorrected), so a reader sees how often the seed alone passes for a significant difference
+    ("" when no system has two seeds with per-query outcomes)."""
+    s = settings or StatsSettings()
+    columns = _columns(runs, ks, beir_metrics)
+    pairs = seed_against_seed(runs, [(d, m) for d, m, _ in columns], s.resamples, s.seed)
+    if not pairs:
+        return ""
+    by_cell: dict[tuple[str, str, str], list[SeedPair]] = {}
+    for pair in pairs:
+        by_cell.setdefault((pair.system, pair.dataset, pair.metric), []).append(pair)
+    head = ["system", *(c[2] for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(mine: list[SeedPair] | None, metric: str) -> str:
+        if not mine:
+            return "–"
+        rejected = sum(p.p < s.alpha for p in mine)
+        return f"{rejected} of {len(mine)} (largest Δ {_number(max(abs(p.delta) for p in mine), metric)})"
+
+    for system in _in_order(p.system for p in pairs):
+        lines.append("| " + " | ".join([system, *(cell(by_cell.get((system, d, m)), m) for d, m, _ in columns)]) + " |")
+    rejected = sum(p.p < s.alpha for p in pairs)
+    return ("## Seed against seed\n\n" + "\n".join(lines)
+            + f"\n\nEach cell: of the pairs of the system's seeds, how many differ at p < {s.alpha:g} under the same paired randomization "
+            f"test as above, uncorrected ({s.resamples:,} resamples), and the largest difference (in absolute value) between two of its seeds. In all "
+            f"{rejected} of {len(pairs)} such tests reject. Two seeds of one recipe are two trained models: when they \"differ "
+            "significantly\", the test over questions is measuring the runs, not the recipe, and a † above whose Δ is no larger than "
+            "these is not evidence that the recipes differ.\n")
+
+
 def relations_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100)) -> str:
     """EntityQuestions per relation: rows relations then the macro average; columns each system's top-k."""
     eq = _seed_means([r for r in runs if r.task == "entity_questions"])
@@ -216,7 +282,9 @@ def plot_curves(runs: Sequence[RunResult], dataset: str, path: str | os.PathLike
 
 def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequence[int | str] = (20, 100),
                     beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results",
-                    stats: StatsSettings | None = None, comparison: Comparison | None = None) -> str:
+                    stats: StatsSettings | None = None, comparison: Comparison | None = None, seed_checks: bool = True) -> str:
+    """The report's markdown; `seed_checks`: add the "Seed against seed" section (a caller writing
+    several tables of the same runs puts it once)."""
     if comparison is None:
         comparison = _table_stats(runs, ks, beir_metrics, stats)[1]
     text = f"# {title}\n\n" + markdown_table(runs, ks, beir_metrics, comparison=comparison)
@@ -231,6 +299,13 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     if differences:
         text += (f"\n## Paired differences against {comparison.settings.baseline}\n\n" + differences
                  + "\nΔ: the system's figure minus the baseline's (per question, seeds averaged); p: Holm-adjusted.\n")
+        by_seed = seed_by_seed_table(runs, comparison, ks, beir_metrics)
+        if by_seed:
+            text += f"\n## Against {comparison.settings.baseline}, seed by seed\n\n" + by_seed
+    if seed_checks:
+        checks = seed_checks_markdown(runs, comparison.settings, ks, beir_metrics)
+        if checks:
+            text += "\n" + checks
     relations = relations_table(runs, ks)
     if relations:
         text += "\n## EntityQuestions by relation\n\n" + relations
