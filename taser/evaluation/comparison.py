@@ -69,7 +69,15 @@ def figure(run: RunResult, metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _outcomes(runs: Sequence[RunResult], metric: str) -> Outcomes | None:
+def paired_difference(mine: Outcomes, other: Outcomes, settings: StatsSettings) -> tuple[float, float]:
+    """(mine's figure minus other's, the paired test's p) over the same questions; `other` is
+    aligned to mine's order (ValueError when they are not the same questions)."""
+    theirs = other.aligned(mine.ids)
+    delta = float(np.sum(mine.weights * (mine.values - theirs)))
+    return delta, paired_test(mine.values, theirs, mine.weights, settings.resamples, settings.seed)
+
+
+def outcomes(runs: Sequence[RunResult], metric: str) -> Outcomes | None:
     """Per-question outcomes averaged over the runs, when every run wrote them."""
     if not runs or any(r.per_query is None for r in runs):
         return None
@@ -91,26 +99,24 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
         out.seeded[system] = out.seeded.get(system, False) or any(r.seed is not None for r in mine)
     pending: list[tuple[str, str, str]] = []
     for dataset, metric in columns:
-        base = _outcomes(groups.get((settings.baseline, dataset), []), metric) if settings.baseline else None
+        base = outcomes(groups.get((settings.baseline, dataset), []), metric) if settings.baseline else None
         for system in systems:
             mine = groups.get((system, dataset))
             values = [v for v in (figure(r, metric) for r in mine or ()) if v is not None]
             if not values:
                 continue
             cell = out.cells[(system, dataset, metric)] = Cell(over_seeds(values))
-            outcomes = _outcomes(mine, metric)
-            if outcomes is None:
+            averaged = outcomes(mine, metric)
+            if averaged is None:
                 continue
-            out.questions[dataset] = len(outcomes.ids)
+            out.questions[dataset] = len(averaged.ids)
             if settings.bootstrap:
-                cell.interval = bootstrap_interval(outcomes.values, outcomes.weights, settings.confidence, settings.resamples, settings.seed)
+                cell.interval = bootstrap_interval(averaged.values, averaged.weights, settings.confidence, settings.resamples, settings.seed)
             if base is not None and system != settings.baseline:
                 try:
-                    other = base.aligned(outcomes.ids)
+                    cell.delta, cell.p = paired_difference(averaged, base, settings)
                 except ValueError as e:
                     raise ValueError(f"{system!r} and the baseline {settings.baseline!r} on {dataset}: {e}") from None
-                cell.delta = float(np.sum(outcomes.weights * (outcomes.values - other)))
-                cell.p = paired_test(outcomes.values, other, outcomes.weights, settings.resamples, settings.seed)
                 pending.append((system, dataset, metric))
     adjusted = holm([out.cells[key].p for key in pending])
     for key, p in zip(pending, adjusted):

@@ -128,8 +128,7 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
             if cell is None or cell.p_holm is None:
                 cells.append("–")
             else:
-                sign = "+" if cell.delta >= 0 else "−"
-                cells.append(f"{sign}{_number(abs(cell.delta), metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
+                cells.append(f"{_signed(cell.delta, metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
         if system != comparison.settings.baseline:
             lines.append("| " + " | ".join([system, *cells]) + " |")
     return "\n".join(lines) + "\n"
@@ -157,11 +156,10 @@ def seed_by_seed_table(runs: Sequence[RunResult], comparison: Comparison, ks: Se
         if any(cells):
             lines.append("| " + " | ".join([system, *("–" if c is None else ", ".join(f"{seed}: {_signed(v, m)}" for seed, v in c)
                                                       for c, (_, m, _) in zip(cells, columns))]) + " |")
-    seeds = sorted({s for c in diffs.values() for s, _ in c})
     return ("\n".join(lines) + f"\n\nEach cell, `seed: Δ`: the system's figure minus {baseline}'s at the same training seed "
-            "(runs at one seed share the batches and negatives drawn). A recipe that is better "
-            f"should be better at every seed. These are shown, not tested: over {len(seeds)} seeds a sign-flip test cannot give a "
-            f"two-sided p below 2 / 2^{len(seeds)} = {2 / 2 ** len(seeds):.2g}.\n")
+            "(runs at one seed share the batch order, and the negatives where both draw them alike). A check, not a test: a recipe "
+            "called better should be better at every seed, but one sign at every seed also happens by chance (probability 2 / 2^n "
+            "over n seeds: 0.5 over 2, 0.25 over 3).\n")
 
 
 def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | None = None, ks: Sequence[int | str] = (20, 100),
@@ -170,8 +168,9 @@ def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | No
     (uncorrected), so a reader sees how often the seed alone passes for a significant difference
     ("" when no system has two seeds with per-query outcomes)."""
     s = settings or StatsSettings()
+    check_beir_metrics(beir_metrics)
     columns = _columns(runs, ks, beir_metrics)
-    pairs = seed_against_seed(runs, [(d, m) for d, m, _ in columns], s.resamples, s.seed)
+    pairs = seed_against_seed(runs, [(d, m) for d, m, _ in columns], s)
     if not pairs:
         return ""
     by_cell: dict[tuple[str, str, str], list[SeedPair]] = {}
@@ -193,8 +192,8 @@ def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | No
             + f"\n\nEach cell: of the pairs of the system's seeds, how many differ at p < {s.alpha:g} under the same paired randomization "
             f"test as above, uncorrected ({s.resamples:,} resamples), and the largest difference (in absolute value) between two of its seeds. In all "
             f"{rejected} of {len(pairs)} such tests reject. Two seeds of one recipe are two trained models: when they \"differ "
-            "significantly\", the test over questions is measuring the runs, not the recipe, and a † above whose Δ is no larger than "
-            "these is not evidence that the recipes differ.\n")
+            "significantly\", the test over questions is telling these runs apart, not recipes, and a significant difference between "
+            "two systems that is no larger than these is not, by itself, evidence that their recipes differ.\n")
 
 
 def relations_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100)) -> str:
@@ -299,9 +298,9 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     if differences:
         text += (f"\n## Paired differences against {comparison.settings.baseline}\n\n" + differences
                  + "\nΔ: the system's figure minus the baseline's (per question, seeds averaged); p: Holm-adjusted.\n")
-        by_seed = seed_by_seed_table(runs, comparison, ks, beir_metrics)
-        if by_seed:
-            text += f"\n## Against {comparison.settings.baseline}, seed by seed\n\n" + by_seed
+    by_seed = seed_by_seed_table(runs, comparison, ks, beir_metrics)
+    if by_seed:
+        text += f"\n## Against {comparison.settings.baseline}, seed by seed\n\n" + by_seed
     if seed_checks:
         checks = seed_checks_markdown(runs, comparison.settings, ks, beir_metrics)
         if checks:

@@ -9,10 +9,11 @@ Two checks answer that from the same runs:
   seeds of one recipe often "differ significantly", a † between two recipes whose difference is
   no larger than that may be the seeds' doing, not the recipes'.
 - **seed by seed**: a system's figure at seed s minus the baseline's at the same s, for each seed
-  both were trained with. The trainer draws the batches and negatives from the seed, so runs at
-  one seed share their data order; a recipe that is better should be better at every seed.
-  (With 3 seeds no test over seeds reaches p < 0.05 without assumptions: the sign-flip test's
-  smallest two-sided p is 2 / 2**3 = 0.25.)
+  both were trained with. The trainer draws the batch order from the seed (and the negatives,
+  where the rows draw them alike), so runs at one seed share some of their randomness. This is a
+  check, not a test: one sign at every seed is needed before calling a recipe better, but it also
+  happens by chance (probability 2 / 2**n over n seeds; no test over 3 seeds reaches p < 0.05
+  without assumptions).
 """
 
 from __future__ import annotations
@@ -21,11 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from taser.evaluation.comparison import figure
-from taser.evaluation.per_query import metric_values, question_weights
+from taser.evaluation.comparison import StatsSettings, figure, outcomes, paired_difference
 from taser.evaluation.runs import RunResult
-from taser.evaluation.seeds import Outcomes
-from taser.evaluation.significance import DEFAULT_RESAMPLES, paired_test
 
 
 @dataclass(frozen=True)
@@ -50,27 +48,21 @@ def _seeded_groups(runs: Sequence[RunResult]) -> dict[tuple[str, str], list[RunR
     return {key: sorted(mine, key=lambda r: r.seed) for key, mine in groups.items()}
 
 
-def _outcomes(run: RunResult, metric: str) -> Outcomes:
-    records = run.per_query
-    return Outcomes(tuple(str(r["id"]) for r in records), metric_values(records, metric), question_weights(records), 1)
-
-
-def seed_against_seed(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], resamples: int = DEFAULT_RESAMPLES,
-                      seed: int = 0) -> list[SeedPair]:
+def seed_against_seed(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], settings: StatsSettings | None = None) -> list[SeedPair]:
     """The paired test between every two seeds of each system, on each (dataset, metric) of
-    `columns`; runs without per-query outcomes are left out."""
+    `columns` that both runs have a figure for; runs without per-query outcomes are left out."""
+    settings = settings or StatsSettings()
     pairs = []
     for (system, dataset), mine in _seeded_groups(runs).items():
         mine = [r for r in mine if r.per_query is not None]
         for metric in (m for d, m in columns if d == dataset):
             for a, b in combinations(mine, 2):
-                first, second = _outcomes(a, metric), _outcomes(b, metric)
+                if figure(a, metric) is None or figure(b, metric) is None:
+                    continue  # e.g. a reader's EM@k beside a retriever's runs on the same dataset
                 try:
-                    other = second.aligned(first.ids)
+                    delta, p = paired_difference(outcomes([a], metric), outcomes([b], metric), settings)
                 except ValueError as e:
                     raise ValueError(f"{system!r} on {dataset}, seeds {a.seed} and {b.seed}: {e}") from None
-                delta = float((first.weights * (first.values - other)).sum())
-                p = paired_test(first.values, other, first.weights, resamples, seed)
                 pairs.append(SeedPair(system, dataset, metric, (a.seed, b.seed), delta, p))
     return pairs
 
