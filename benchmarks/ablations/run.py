@@ -22,8 +22,9 @@ at seed 1, then seed 2, ...), so a stopped study has every row at the seeds it f
 uses `dpr`'s model (dense mining, hybrid) retrains that seed's `dpr` when its checkpoint is no longer
 in `--work` (training is deterministic at a seed on one machine). `results.md` is rewritten from
 every recorded pair at the end of the run (or by `--report-only`, e.g. after a stopped run): the
-table against `dpr` and against zero-shot (mean ± std over seeds, bootstrap intervals over
-questions, † = significant after Holm), the machine, and the command. The section
+tables against `dpr`, against zero-shot and against BM25 (mean ± std over seeds, bootstrap intervals
+over questions, † = significant after Holm, each row against the baseline seed by seed), the seeds
+of each row tested against each other once, the machine, and the command. The section
 from "## What the study supports" on is kept across re-runs: it is written by hand.
 """
 
@@ -47,6 +48,7 @@ log = logging.getLogger("benchmark.ablations")
 
 TASER = {"specialize": "ffn", "routing": "deterministic", "num_experts": 2}
 KEPT_HEADING = "## What the study supports"
+BASELINES = ("dpr", "zero-shot", "BM25")  # one table each: the trained rows against dpr and zero-shot, the hybrid against BM25
 DATASET = "SQuAD"
 
 
@@ -279,7 +281,7 @@ def write_results(args) -> str:
         f"(answer match, top-k %)" + (f", only the first {args.limit_questions} (smoke run)" if args.limit_questions else "") + ". "
         f"Rows finished: {len(done)} (row, seed) pairs; their summed time: {total / 3600:.2f} h.\n",
     ]
-    for baseline in ("dpr", "zero-shot"):
+    for baseline in BASELINES:
         if baseline not in names:
             continue
         stats = StatsSettings(baseline=baseline, resamples=args.resamples)
