@@ -275,7 +275,8 @@ def write_results(args) -> str:
     seeds_done = sorted({seed for _, seed in done if seed is not None})
     text = [
         "# Ablations with seeds and significance on the SQuAD benchmark (shipped data)\n",
-        f"Command: `{command_line(__file__, args.argv)}`\n",
+        f"Command: `{command_line(__file__, [a for a in args.argv if a != '--report-only'])}` (resumes where it stopped; add "
+        "`--report-only` to rewrite this file from the records)\n",
         machine_line(args.precision) + "\n",
         f"Model: `{args.model}` (pooling and normalisation: the checkpoint's own). Every trained row: {args.steps} steps of {args.batch} "
         f"questions, lr {args.lr:g}, warm-up {max(1, args.steps // 10)}, grad clip {BASE_TRAIN['grad_clip']}, 1 BM25 hard negative per question "
