@@ -6,13 +6,14 @@ Distributed: `torchrun --nproc_per_node=8 scripts/train.py ...` (train.batch_siz
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
-from taser.pipeline.train import run_training
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed(cfg)  # settings are checked before torch is imported: a mistake is reported in seconds
+    from taser.pipeline.train import run_training
+
     run_training(job.model, job.data.train_files, job.train, run_dir(), dev_file=job.data.dev_file)
 
 

@@ -121,6 +121,13 @@ def test_misspelt_hybrid_key():
     assert "lamda" in text and "HybridSettings" in text
 
 
+def test_a_missing_model_path_is_refused_when_the_train_config_is_read():
+    """Before any weights, data or torch: scripts/train.py imports the training stack only after this."""
+    with pytest.raises(FileNotFoundError, match="model path not found: /no/such/model"):
+        job("train", "model.pretrained=/no/such/model")
+    assert job("train", "model.pretrained=org/hub-name").model.pretrained == "org/hub-name"  # a hub name is resolved later, not here
+
+
 @pytest.mark.parametrize(
     "name, overrides, words",
     [

@@ -17,6 +17,7 @@ from taser.evaluation.comparison import StatsSettings
 from taser.evaluation.runs import check_beir_metrics
 from taser.models.backends import Backend
 from taser.models.convert.conversions import Conversion, check_arguments
+from taser.models.pretrained import resolve_pretrained
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever, RetrieverSettings
 from taser.precision import Precision
@@ -72,6 +73,8 @@ class TrainJob:
     output_dir: str = MISSING
 
     def __post_init__(self):
+        if self.model.init_checkpoint is None:
+            resolve_pretrained(self.model.source)  # a mistyped local model path fails here, before torch is imported
         rates = self.data.sampling_rates  # a dataset's (data=multiset) unless train.sampling_rates says otherwise
         if rates is not None and self.train.sampling_rates is not None and list(rates) != list(self.train.sampling_rates):
             raise ValueError(f"data.sampling_rates={list(rates)} and train.sampling_rates={list(self.train.sampling_rates)} differ: set one")
