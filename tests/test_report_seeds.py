@@ -97,3 +97,24 @@ def test_report_script_with_a_baseline(seeded_runs, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "†" in proc.stdout and "after Holm's correction over the table's 2 comparison(s)" in proc.stdout
     assert (out / "report.md").is_file()
+
+
+def test_intervals_are_drawn_once_across_baselines(seeded_runs, monkeypatch):
+    """Another baseline's comparison of the same runs takes the intervals already drawn (they do not
+    depend on the baseline), and draws them again only when its settings would draw them otherwise."""
+    from taser.evaluation import comparison as comparison_module
+    from taser.evaluation.report import table_stats
+
+    runs = read_runs([seeded_runs[0]])
+    first = table_stats(runs, (1,), stats=StatsSettings(baseline="dpr", resamples=500))
+    fresh = table_stats(runs, (1,), stats=StatsSettings(baseline="BM25", resamples=500))
+
+    def no_draws(*a, **k):
+        raise AssertionError("an interval was drawn again")
+
+    monkeypatch.setattr(comparison_module, "bootstrap_interval", no_draws)
+    reused = table_stats(runs, (1,), stats=StatsSettings(baseline="BM25", resamples=500), reuse=first)
+    assert {k: c.interval for k, c in reused.cells.items()} == {k: c.interval for k, c in fresh.cells.items()}
+    assert {k: c.p_holm for k, c in reused.cells.items()} == {k: c.p_holm for k, c in fresh.cells.items()}  # the tests are the new baseline's
+    with pytest.raises(AssertionError, match="drawn again"):
+        table_stats(runs, (1,), stats=StatsSettings(baseline="BM25", resamples=499), reuse=first)

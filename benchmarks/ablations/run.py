@@ -49,6 +49,7 @@ log = logging.getLogger("benchmark.ablations")
 
 TASER = {"specialize": "ffn", "routing": "deterministic", "num_experts": 2}
 KEPT_HEADING = "## What the study supports"
+KS = (1, 5, 20, 100)  # the report's top-k columns
 BASELINES = ("dpr", "zero-shot", "BM25")  # one table each: the trained rows against dpr and zero-shot, the hybrid against BM25
 DATASET = "SQuAD"
 
@@ -256,7 +257,7 @@ def ensure_dpr(args, data: dict, seed: int) -> None:
 def write_results(args) -> str:
     """`results.md` from every finished (row, seed) under the work directory."""
     from taser.evaluation.comparison import StatsSettings
-    from taser.evaluation.report import plot_curves, plot_file_name, read_runs, report_markdown, seed_checks_markdown
+    from taser.evaluation.report import plot_curves, plot_file_name, read_runs, report_markdown, seed_checks_markdown, table_stats
 
     done = [(row, seed) for row in ROWS for seed in (args.seeds if row.seeded else [None]) if finished(args, row, seed)]
     if not done:
@@ -286,13 +287,16 @@ def write_results(args) -> str:
         f"Rows finished: {len(done)} (row, seed) pairs; their summed time: {total / 3600:.2f} h as recorded, "
         f"{typical / 3600:.2f} h at each row's median pair (the recorded times include pairs slowed by other jobs).\n",
     ]
+    first = None
     for baseline in BASELINES:
         if baseline not in names:
             continue
         stats = StatsSettings(baseline=baseline, resamples=args.resamples)
-        body = report_markdown(runs, {}, ks=(1, 5, 20, 100), title=f"Against {baseline}", stats=stats, seed_checks=False)
+        comparison = table_stats(runs, KS, stats=stats, reuse=first)  # the intervals are drawn once, for the first baseline
+        first = first or comparison
+        body = report_markdown(runs, {}, ks=KS, title=f"Against {baseline}", comparison=comparison, seed_checks=False)
         text.append("#" + body.replace("\n## ", "\n### "))
-    checks = seed_checks_markdown(runs, StatsSettings(resamples=args.resamples), ks=(1, 5, 20, 100))
+    checks = seed_checks_markdown(runs, StatsSettings(resamples=args.resamples), ks=KS)
     if checks:
         text.append(checks)
     if plot:

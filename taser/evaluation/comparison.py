@@ -84,12 +84,24 @@ def outcomes(runs: Sequence[RunResult], metric: str) -> Outcomes | None:
     return mean_outcomes([(str(r.path), r.per_query) for r in runs], metric)
 
 
-def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], settings: StatsSettings | None = None) -> Comparison:
-    """The statistics of each (system, dataset, metric) of `columns` ((dataset, metric) pairs)."""
-    settings = settings or StatsSettings()
+def by_system_and_dataset(runs: Sequence[RunResult]) -> dict[tuple[str, str], list[RunResult]]:
+    """(system, dataset) -> its runs (one per seed), in the order given."""
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for run in runs:
         groups.setdefault((run.system, run.dataset), []).append(run)
+    return groups
+
+
+def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], settings: StatsSettings | None = None,
+            reuse: Comparison | None = None) -> Comparison:
+    """The statistics of each (system, dataset, metric) of `columns` ((dataset, metric) pairs).
+    `reuse`: a comparison of the same runs against another baseline, whose bootstrap intervals
+    (which do not depend on the baseline) are taken instead of resampled again when its settings
+    drew them alike."""
+    settings = settings or StatsSettings()
+    groups = by_system_and_dataset(runs)
+    same_draws = reuse is not None and (reuse.settings.confidence, reuse.settings.resamples, reuse.settings.seed) == (
+        settings.confidence, settings.resamples, settings.seed)
     systems = list(dict.fromkeys(r.system for r in runs))
     if settings.baseline is not None and settings.baseline not in systems:
         raise ValueError(f"baseline={settings.baseline!r} is none of the systems: {', '.join(map(repr, systems))}")
@@ -111,7 +123,9 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
                 continue
             out.questions[dataset] = len(averaged.ids)
             if settings.bootstrap:
-                cell.interval = bootstrap_interval(averaged.values, averaged.weights, settings.confidence, settings.resamples, settings.seed)
+                drawn = reuse.cells.get((system, dataset, metric)) if same_draws else None
+                cell.interval = (drawn.interval if drawn is not None and drawn.interval is not None else
+                                 bootstrap_interval(averaged.values, averaged.weights, settings.confidence, settings.resamples, settings.seed))
             if base is not None and system != settings.baseline:
                 try:
                     cell.delta, cell.p = paired_difference(averaged, base, settings)

@@ -38,7 +38,7 @@ from taser.io import atomic_open, atomic_path
 
 __all__ = ["BEIR_METRICS", "RESULTS_FILE", "TASKS", "RunResult", "StatsSettings", "check_beir_metrics", "find_results", "markdown_table",
            "plot_curves", "plot_file_name", "read_run", "read_runs", "relations_table", "report_markdown", "seed_checks_markdown", "system_name",
-           "write_report"]
+           "table_stats", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,18 @@ def _cell(comparison: Comparison, system: str, dataset: str, metric: str) -> str
     return text + (f" {SIGNIFICANT}" if cell.significant else "")
 
 
-def _table_stats(runs: Sequence[RunResult], ks, beir_metrics, stats: StatsSettings | None) -> tuple[list[tuple[str, str, str]], Comparison]:
+def _table_stats(runs: Sequence[RunResult], ks, beir_metrics, stats: StatsSettings | None,
+                 reuse: Comparison | None = None) -> tuple[list[tuple[str, str, str]], Comparison]:
     check_beir_metrics(beir_metrics)
     columns = _columns(runs, ks, beir_metrics)
-    return columns, compare(runs, [(d, m) for d, m, _ in columns], stats)
+    return columns, compare(runs, [(d, m) for d, m, _ in columns], stats, reuse)
+
+
+def table_stats(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100), beir_metrics: Sequence[str] = ("nDCG@10",),
+                stats: StatsSettings | None = None, reuse: Comparison | None = None) -> Comparison:
+    """The statistics of the report table's cells, for `report_markdown(comparison=...)`; `reuse`:
+    another baseline's comparison of the same runs, whose intervals are taken (see `compare`)."""
+    return _table_stats(runs, ks, beir_metrics, stats, reuse)[1]
 
 
 def markdown_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100), beir_metrics: Sequence[str] = ("nDCG@10",),

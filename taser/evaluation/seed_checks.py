@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from taser.evaluation.comparison import StatsSettings, figure, outcomes, paired_difference
+from taser.evaluation.comparison import StatsSettings, by_system_and_dataset, figure, outcomes, paired_difference
 from taser.evaluation.runs import RunResult
 
 
@@ -41,10 +41,7 @@ class SeedPair:
 
 def _seeded_groups(runs: Sequence[RunResult]) -> dict[tuple[str, str], list[RunResult]]:
     """(system, dataset) -> its runs that record a training seed, in seed order."""
-    groups: dict[tuple[str, str], list[RunResult]] = {}
-    for run in runs:
-        if run.seed is not None:
-            groups.setdefault((run.system, run.dataset), []).append(run)
+    groups = by_system_and_dataset([r for r in runs if r.seed is not None])
     return {key: sorted(mine, key=lambda r: r.seed) for key, mine in groups.items()}
 
 
@@ -56,11 +53,11 @@ def seed_against_seed(runs: Sequence[RunResult], columns: Sequence[tuple[str, st
     for (system, dataset), mine in _seeded_groups(runs).items():
         mine = [r for r in mine if r.per_query is not None]
         for metric in (m for d, m in columns if d == dataset):
-            for a, b in combinations(mine, 2):
-                if figure(a, metric) is None or figure(b, metric) is None:
-                    continue  # e.g. a reader's EM@k beside a retriever's runs on the same dataset
+            with_figure = [r for r in mine if figure(r, metric) is not None]  # not e.g. a reader's EM@k beside a retriever's runs
+            each = [outcomes([r], metric) for r in with_figure]  # once per run, not once per pair
+            for (a, first), (b, second) in combinations(zip(with_figure, each), 2):
                 try:
-                    delta, p = paired_difference(outcomes([a], metric), outcomes([b], metric), settings)
+                    delta, p = paired_difference(first, second, settings)
                 except ValueError as e:
                     raise ValueError(f"{system!r} on {dataset}, seeds {a.seed} and {b.seed}: {e}") from None
                 pairs.append(SeedPair(system, dataset, metric, (a.seed, b.seed), delta, p))
