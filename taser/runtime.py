@@ -34,7 +34,8 @@ def launcher_local_rank() -> int | None:
 
 def pick_device(name: str | torch.device = "auto") -> torch.device:
     """`auto`: a GPU if there is one, else the CPU. Under torchrun each process takes the GPU of
-    its LOCAL_RANK (`auto` and `cuda` alike); an explicit other index is refused, since every
+    its LOCAL_RANK (`auto` and `cuda` alike), or the one GPU it sees when the launcher gives each
+    task its own (SLURM's --gpus-per-task=1); an explicit other index is refused, since every
     process would then share one GPU."""
     if isinstance(name, torch.device):
         device = name
@@ -45,11 +46,16 @@ def pick_device(name: str | torch.device = "auto") -> torch.device:
     local = launcher_local_rank()
     if device.type != "cuda" or local is None:
         return device
-    if device.index is not None and device.index != local:
+    count = torch.cuda.device_count()
+    own = local >= count == 1  # the launcher gave this task a GPU of its own (SLURM --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)
+    mine = 0 if own else local
+    if device.index is not None and device.index != mine:
         raise ValueError(
             f"device={name} contradicts this process's LOCAL_RANK={local} under torchrun: every process would share "
             f"GPU {device.index}; use device=auto or device=cuda (each process then takes cuda:LOCAL_RANK)")
-    count = torch.cuda.device_count()
+    if own:
+        _warn_once("one-gpu-per-task", f"LOCAL_RANK={local} sees one GPU: taking it (each task was given its own)", logging.INFO)
+        return torch.device("cuda", 0)
     if local >= count:
         raise ValueError(f"LOCAL_RANK={local} but this machine shows {count} GPU(s): start at most {count} processes per machine "
                          "(torchrun --nproc_per_node), or check CUDA_VISIBLE_DEVICES")
@@ -135,11 +141,11 @@ def resolve_precision(precision: str, device: str | torch.device = "auto") -> st
     return precision
 
 
-def _warn_once(key: str, message: str) -> None:
+def _warn_once(key: str, message: str, level: int = logging.WARNING) -> None:
     if (key, message) in _warned:
         return
     _warned.add((key, message))
-    log.warning(message)
+    log.log(level, message)
 
 
 def autocast(precision: str, device: torch.device):

@@ -2,6 +2,7 @@
 2-process run must resume where it stopped. The processes meet through a file in the test's
 tmp_path (`TASER_DIST_INIT=file://...`): no port to pick and lose to another program."""
 
+import datetime
 import json
 import os
 
@@ -187,8 +188,54 @@ def test_init_method_from_the_environment_or_torchrun(monkeypatch):
     monkeypatch.setenv("TASER_DIST_INIT", "file:///tmp/somewhere")
     distributed.init_distributed("gloo")
     distributed.init_distributed("gloo", init_method="file:///tmp/elsewhere")
+    timeout = {"timeout": datetime.timedelta(seconds=distributed.DEFAULT_TIMEOUT_S)}
     assert calls == [
-        (("gloo",), {}),  # torchrun: MASTER_ADDR/MASTER_PORT from the environment
-        (("gloo",), {"init_method": "file:///tmp/somewhere", "rank": 1, "world_size": 2}),
-        (("gloo",), {"init_method": "file:///tmp/elsewhere", "rank": 1, "world_size": 2}),
+        (("gloo",), timeout),  # torchrun: MASTER_ADDR/MASTER_PORT from the environment
+        (("gloo",), {"init_method": "file:///tmp/somewhere", "rank": 1, "world_size": 2, **timeout}),
+        (("gloo",), {"init_method": "file:///tmp/elsewhere", "rank": 1, "world_size": 2, **timeout}),
     ]
+
+
+def test_the_process_group_follows_the_training_device(monkeypatch):
+    """Would catch NCCL chosen whenever CUDA is visible (`train.device=cpu` on a GPU host then
+    builds DDP over CPU tensors on NCCL, which refuses them), or a GPU run without a backend for
+    the host's row counts."""
+    import taser.training.distributed as distributed
+
+    calls, devices = [], []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **kwargs: calls.append(backend))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", devices.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.delenv("TASER_DIST_INIT", raising=False)
+    distributed.init_distributed(device="cpu")
+    distributed.init_distributed(device="auto")
+    distributed.init_distributed(device="cuda")
+    assert calls == ["gloo", "cpu:gloo,cuda:nccl", "cpu:gloo,cuda:nccl"]
+    assert devices == [torch.device("cuda", 1)] * 2  # the CPU run leaves the GPUs alone
+
+
+def _cpu_run_on_a_gpu_host(rank, world, init_file, out):
+    """A rank of `torchrun ... train.device=cpu` on a host where CUDA is visible."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TASER_DIST_INIT=f"file://{init_file}")
+    torch.cuda.is_available = lambda: True  # as on a GPU host; this CPU build has no NCCL, so choosing it fails here
+    from taser.training.distributed import all_reduce_sum, destroy_distributed, gather_sizes, init_distributed
+
+    init_distributed(device="cpu")
+    summed = all_reduce_sum(torch.tensor([1.0 + rank]))  # CPU tensors on the default group: what DDP on the CPU sends
+    sizes = gather_sizes(2 + rank)
+    destroy_distributed()
+    if rank == 0:
+        torch.save({"summed": summed, "sizes": sizes}, out)
+
+
+def test_a_cpu_run_on_a_gpu_host_gets_a_group_that_takes_cpu_tensors(tmp_path):
+    mp.spawn(_cpu_run_on_a_gpu_host, args=(2, tmp_path / "dist-init", tmp_path / "out.pt"), nprocs=2, join=True)
+    result = torch.load(tmp_path / "out.pt")
+    assert result["summed"].tolist() == [3.0] and result["sizes"] == [2, 3]

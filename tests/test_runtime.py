@@ -151,6 +151,19 @@ def test_each_torchrun_process_takes_the_gpu_of_its_local_rank(torchrun):
     assert pick_device("auto") == torch.device("cpu")
 
 
+def test_a_rank_given_one_gpu_of_its_own_takes_it(torchrun):
+    """Would catch a rank under SLURM's --gpus-per-task=1 (or CUDA_VISIBLE_DEVICES set per rank),
+    which sees one GPU at LOCAL_RANK >= 1, refused instead of taking its GPU."""
+    from taser.runtime import pick_device
+
+    torchrun(local_rank=3, gpus=1)
+    assert pick_device("auto") == pick_device("cuda") == pick_device("cuda:0") == torch.device("cuda", 0)
+    with pytest.raises(ValueError, match="device=cuda:3 contradicts"):
+        pick_device("cuda:3")
+    torchrun(local_rank=0, gpus=1)
+    assert pick_device("auto") == torch.device("cuda", 0)
+
+
 def test_one_process_keeps_the_device_it_names(monkeypatch):
     from taser.runtime import pick_device
 

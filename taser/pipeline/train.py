@@ -24,7 +24,7 @@ def run_training(model_cfg: ModelSettings | dict, train_files: Sequence[str], tr
     check_settings(settings)
     if not train_files:
         raise ValueError("no training files: set data.train_files")
-    dist_info = init_distributed()
+    dist_info = init_distributed(device=cfg.device)  # the process group follows the training device
     try:
         sets = [BiEncoderJsonFile(f) for f in train_files]
         model, tokenizer = load_model(settings)

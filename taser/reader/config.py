@@ -49,6 +49,7 @@ class ReaderTrainConfig:
     max_steps: int | None = None  # None: epochs x steps per epoch
     epochs: int = 1
     grad_clip: float = 2.0
+    max_nonfinite_losses: int = 3  # fp16: this many non-finite losses in a row stop the run (the scaler cannot cure them)
     precision: Precision = Precision.auto  # auto: decided by taser.runtime from the hardware
     seed: int = 12345
     name: str | None = None  # the reader's name in reports (its runs over seeds share it)
@@ -63,7 +64,7 @@ class ReaderTrainConfig:
 
     def __post_init__(self):
         self.precision = Precision.parse(self.precision, "train.precision")
-        _check_ints(self, "train.", ("batch_size", "passages", "top_n", "max_answers", "epochs", "log_every"), 1)
+        _check_ints(self, "train.", ("batch_size", "passages", "top_n", "max_answers", "epochs", "log_every", "max_nonfinite_losses"), 1)
         _check_ints(self, "train.", ("warmup_steps", "save_every", "eval_every"), 0)
         _check_ints(self, "train.", ("val_passages",), 1)
         if self.val_max_questions is not None:

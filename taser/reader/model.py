@@ -67,8 +67,12 @@ def _quiet_transformers():
 
 
 def _encoder(source, **kwargs) -> nn.Module:
-    """The encoder of a config (`source`) or a model directory, without its pooler (no logit uses it)."""
+    """The encoder of a config (`source`) or a model directory, without its pooler (no logit uses
+    it), in float32 whatever dtype it was saved in: transformers keeps a bf16 or fp16 checkpoint's
+    dtype, and AdamW's small updates to such weights vanish in rounding (autocast decides the
+    precision of the computation)."""
     make = AutoModel.from_pretrained if isinstance(source, str) else AutoModel.from_config
+    kwargs.setdefault("dtype", torch.float32)
     with _quiet_transformers():
         try:
             return make(source, add_pooling_layer=False, **kwargs)

@@ -61,7 +61,7 @@ def new_reader(job: TrainReaderJob):
 
 
 def train_reader(job: TrainReaderJob, output_dir: str | None = None) -> ReaderTrainResult:
-    dist_info = init_distributed()
+    dist_info = init_distributed(device=job.train.device)  # the process group follows the training device
     try:
         model, tokenizer = new_reader(job)
         data = training_set(job.train_file, tokenizer, job.train.top_n, model.config.max_length, model.config.max_question_length, job.match)

@@ -4,6 +4,10 @@
 `output_dir/best` (a reader checkpoint directory, like `final`), and every evaluation is a line of
 `output_dir/dev_log.jsonl` (`{"step", "em", "f1", "questions"}`).
 
+Under torchrun every rank answers its share of the dev questions (every world_size-th, from its
+rank on) and the sums are added over the ranks: the figures are the one-process figures, in a
+world_size-th of the time, and no rank waits idle in a collective while rank 0 reads them all.
+
 A resumed run drops the lines written after its checkpoint and takes the best so far from the
 lines kept: a run stopped and resumed keeps the `best` an uninterrupted run keeps.
 """
@@ -18,6 +22,7 @@ import torch
 
 from taser.reader.model import Reader
 from taser.reader.reading import predict, read_passages
+from taser.training.distributed import DistInfo, all_reduce_sum
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +50,31 @@ class DevSelection:
         self.best = max(kept, key=lambda r: r["em"], default=None)  # the earliest of equal scores, as during training
 
     @torch.no_grad()
-    def score(self, model: Reader, tokenizer, precision: str, device: torch.device) -> tuple[float, float]:
-        """(EM, F1) in % of the dev questions, each answered from its first `passages` passages."""
+    def score(self, model: Reader, tokenizer, precision: str, device: torch.device, dist_info: DistInfo | None = None) -> tuple[float, float]:
+        """(EM, F1) in % of the dev questions, each answered from its first `passages` passages;
+        under torchrun each rank answers its share and the sums are added over the ranks."""
+        dist_info = dist_info or DistInfo()
+        mine = self.records[dist_info.rank :: dist_info.world_size]
         was_training = model.training
-        read = read_passages(model, tokenizer, self.records, self.passages, self.max_answer_length, self.batch_size, precision, device,
-                             show_progress=False)
+        read = read_passages(model, tokenizer, mine, self.passages, self.max_answer_length, self.batch_size, precision, device,
+                             show_progress=False) if mine else []
         model.train(was_training)
         em = f1 = 0.0
-        for record, passages in zip(self.records, read):
+        for record, passages in zip(mine, read):
             prediction = predict(record, passages, self.passages, self.match)
             em, f1 = em + prediction["em"], f1 + prediction["f1"]
+        em, f1 = all_reduce_sum(torch.tensor([em, f1], dtype=torch.float64, device=device)).tolist()
         n = len(self.records)
         return 100 * em / n, 100 * f1 / n
 
-    def evaluate(self, step: int, model: Reader, tokenizer, precision: str, device: torch.device) -> dict:
-        """Score the model at `step`, log it, and save it as `best` when its EM beats every earlier one."""
-        em, f1 = self.score(model, tokenizer, precision, device)
+    def evaluate(self, step: int, model: Reader, tokenizer, precision: str, device: torch.device, dist_info: DistInfo | None = None) -> dict:
+        """Score the model at `step` (every rank takes part), log it, and, on the main rank, save it
+        as `best` when its EM beats every earlier one."""
+        dist_info = dist_info or DistInfo()
+        em, f1 = self.score(model, tokenizer, precision, device, dist_info)
         record = {"step": step, "em": em, "f1": f1, "questions": len(self.records)}
+        if not dist_info.is_main:
+            return record
         with open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         improved = self.best is None or em > self.best["em"]

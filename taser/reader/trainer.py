@@ -33,7 +33,8 @@ from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device,
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.lr_decay import param_groups
-from taser.training.records import PendingStep, read_steps
+from taser.training.grad_norms import clip_gradients
+from taser.training.records import NonFiniteLosses, PendingStep, read_steps
 from taser.training.trainer import linear_schedule, truncate_log
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ class ReaderTrainer:
             if self.dev is not None:
                 self.dev.resume(step)
         history, pending, times = [], [], []
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        nonfinite = NonFiniteLosses(cfg.max_nonfinite_losses)
         bar = progress(total=self.total_steps, initial=step, desc="train reader", unit="step", enabled=cfg.progress and self.dist.is_main)
         start = window = time.perf_counter()
         while step < self.total_steps:
@@ -91,16 +93,20 @@ class ReaderTrainer:
             step += 1
             times.append(time.perf_counter() - t0)
             bar.update(1)
-            if step % cfg.log_every == 0 or step == self.total_steps or (cfg.save_every and step % cfg.save_every == 0):
-                records = read_steps(pending, cfg.batch_size * self.dist.world_size, skips_overflow=scaler is not None)
+            last = step == self.total_steps
+            evaluates = self.dev is not None and (bool(cfg.eval_every and step % cfg.eval_every == 0) or last)
+            saves = bool(cfg.save_every and step % cfg.save_every == 0) or last
+            if step % cfg.log_every == 0 or last or saves or evaluates:  # every step is read before anything of it is written
+                records = read_steps(pending, cfg.batch_size * self.dist.world_size, skips_overflow=scaler is not None, nonfinite=nonfinite)
                 pending = []
                 records[-1]["questions_per_s"] = len(records) * cfg.batch_size * self.dist.world_size / max(time.perf_counter() - window, 1e-9)
                 window = time.perf_counter()
                 self._write(records, history)
-            if self.dev is not None and self.dist.is_main and ((cfg.eval_every and step % cfg.eval_every == 0) or step == self.total_steps):
-                # before the checkpoint of this step: a run killed in between evaluates this step again when resumed
-                self.dev.evaluate(step, model, self.tokenizer, self.precision, self.device)
-            if (cfg.save_every and step % cfg.save_every == 0) or step == self.total_steps:
+            if evaluates:
+                # every rank reads its share of the dev questions; before the checkpoint of this step: a run killed in
+                # between evaluates this step again when resumed
+                self.dev.evaluate(step, model, self.tokenizer, self.precision, self.device, self.dist)
+            if saves:
                 save_checkpoint(self.out / "checkpoint", model, self.tokenizer, optimizer, scheduler, scaler, step, self.dist.is_main,
                                 extra={"runtime": self.runtime})
         bar.close()
@@ -126,9 +132,8 @@ class ReaderTrainer:
         (scaler.scale(loss) if scaler is not None else loss).backward()
         if scaler is not None:
             scaler.unscale_(optimizer)
-        grad_norm = None
-        if self.cfg.grad_clip > 0 or scaler is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
+        # always measured: a non-finite norm skips an fp16 step, and stops an fp32/bf16 run before its checkpoint
+        norms = clip_gradients(params, self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -139,7 +144,8 @@ class ReaderTrainer:
         optimizer.zero_grad(set_to_none=True)
         n = len(batch.input_ids)
         aux = {"span_loss": span / n, "selection_loss": selection / n}  # per question, this rank's
-        return PendingStep({"step": step + 1, "lr": lr, "precision": self.precision}, loss.detach(), correct, grad_norm, aux)
+        return PendingStep({"step": step + 1, "lr": lr, "precision": self.precision}, loss.detach(), correct,
+                           norms.total if norms is not None else None, aux, norms)
 
     def _write(self, records: list[dict], history: list[dict]) -> None:
         last = records[-1]

@@ -28,6 +28,7 @@ class TrainConfig:
     max_steps: int | None = None  # default: epochs x batches per epoch
     epochs: int = 1
     grad_clip: float = 2.0
+    max_nonfinite_losses: int = 3  # fp16: this many non-finite losses in a row stop the run (the scaler cannot cure them)
     grad_accumulation: int = 1
     grad_cache_chunk: int = 0  # >0: gradient caching with chunks of this many sequences
     precision: Precision = Precision.auto  # auto: decided by taser.runtime from the hardware
@@ -49,7 +50,7 @@ class TrainConfig:
         if self.temperature == "auto":
             self.temperature = None
         self.precision = Precision.parse(self.precision, "train.precision")
-        positive = ("batch_size", "grad_accumulation", "epochs", "val_batch_size", "log_every")
+        positive = ("batch_size", "grad_accumulation", "epochs", "val_batch_size", "log_every", "max_nonfinite_losses")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -30,29 +30,49 @@ class DistInfo:
 
 
 INIT_METHOD_ENV = "TASER_DIST_INIT"
+# On a GPU the default group carries both kinds of tensor: NCCL the device's, gloo the host's (row
+# counts, `taser.training.distributed.gather_sizes`), so no side group is needed for host facts.
+GPU_BACKEND = "cpu:gloo,cuda:nccl"
+DEFAULT_TIMEOUT_S = 1800  # a collective waiting longer than this fails (NCCL's own default: 10 minutes)
 
 
-def init_distributed(backend: str | None = None, init_method: str | None = None) -> DistInfo:
-    """Join the process group that `torchrun` describes in the environment (if any).
+def default_backend(device: torch.device) -> str:
+    """The process group for a run on `device`: gloo on the CPU (NCCL refuses CPU tensors, even on a
+    host that has GPUs), gloo for host tensors and NCCL for device tensors on a GPU."""
+    return GPU_BACKEND if device.type == "cuda" else "gloo"
 
-    The processes meet where `torchrun` says (MASTER_ADDR/MASTER_PORT), unless `init_method` or
-    the environment variable TASER_DIST_INIT names another rendezvous, e.g. `file:///shared/file`
-    (a file no other group uses); RANK and WORLD_SIZE come from the environment either way.
+
+def init_distributed(backend: str | None = None, init_method: str | None = None, device: str | torch.device = "auto",
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
+    """Join the process group that the launcher describes in the environment (if any), for a run on
+    `device` (`auto`: this rank's GPU if there is one, else the CPU; see `taser.runtime.pick_device`).
+
+    The backend follows the device (`default_backend`) unless `backend` names one. The processes
+    meet where `torchrun` says (MASTER_ADDR/MASTER_PORT), unless `init_method` or the environment
+    variable TASER_DIST_INIT names another rendezvous, e.g. `file:///shared/file` (a file no other
+    group uses); RANK and WORLD_SIZE come from the environment either way. A rank waits at most
+    `timeout_s` in a collective.
     """
+    from datetime import timedelta
+
+    from taser.runtime import pick_device
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
+    device = pick_device(device)
     started = not dist.is_initialized()
     if started:
-        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        backend = backend or default_backend(device)
         init_method = init_method or os.environ.get(INIT_METHOD_ENV) or None
+        timeout = timedelta(seconds=timeout_s)
         if init_method is None:
-            dist.init_process_group(backend)  # env://, as torchrun sets it up
+            dist.init_process_group(backend, timeout=timeout)  # env://, as torchrun sets it up
         else:
-            dist.init_process_group(backend, init_method=init_method, rank=int(os.environ["RANK"]), world_size=world)
+            dist.init_process_group(backend, init_method=init_method, rank=int(os.environ["RANK"]), world_size=world, timeout=timeout)
     info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), started_group=started)
-    if torch.cuda.is_available():
-        torch.cuda.set_device(info.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     return info
 
 
@@ -78,12 +98,18 @@ class _GatherWithGrad(torch.autograd.Function):
 _HOST_GROUPS: dict[object, object] = {}
 
 
+def _takes_cpu_tensors() -> bool:
+    """Whether the default group has a backend for CPU tensors (gloo, or `cpu:gloo,cuda:nccl`)."""
+    config = str(dist.get_backend_config())
+    return config == "gloo" or "cpu:" in config
+
+
 def host_group():
-    """A process group for CPU tensors: the default one where its backend takes them (gloo),
-    else a gloo group beside it (NCCL takes device tensors only). Ranks exchange host-side
-    facts through it without waiting for the device."""
+    """A process group for CPU tensors: the default one where it takes them (gloo, or a
+    `cpu:gloo,cuda:nccl` group), else a gloo group beside it (NCCL alone takes device tensors
+    only). Ranks exchange host-side facts through it without waiting for the device."""
     default = dist.group.WORLD
-    if dist.get_backend() == "gloo":
+    if _takes_cpu_tensors():
         return default
     if default not in _HOST_GROUPS:
         _HOST_GROUPS[default] = dist.new_group(backend="gloo")  # collective: every rank reaches this at the same step

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from taser.training.distributed import all_reduce_sum
+from taser.training.grad_norms import GradNorms, describe_non_finite
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +28,48 @@ class PendingStep:
     correct: torch.Tensor
     grad_norm: torch.Tensor | None  # None when not computed (no clipping, no gradient scaler)
     aux: dict[str, torch.Tensor]  # this rank's routing losses, averaged over micro-batches
+    norms: GradNorms | None = None  # per-tensor gradient norms: read only to name the culprits of a non-finite norm
 
 
-def read_steps(pending: list[PendingStep], questions_per_step: int, skips_overflow: bool) -> list[dict]:
+DEFAULT_MAX_NONFINITE_LOSSES = 3
+
+
+@dataclass
+class NonFiniteLosses:
+    """Consecutive fp16 steps whose loss was not finite. The gradient scaler skips such a step as an
+    overflow, but the loss is computed before scaling, so lowering the scale cannot cure it:
+    `limit` of them in a row stop the run."""
+
+    limit: int = DEFAULT_MAX_NONFINITE_LOSSES
+    steps: list[int] = field(default_factory=list)
+
+    def see(self, step: int, loss: float) -> None:
+        if math.isfinite(loss):
+            self.steps = []
+            return
+        self.steps.append(step)
+        if len(self.steps) >= self.limit:
+            raise FloatingPointError(
+                f"loss is {loss} at {len(self.steps)} consecutive steps ({self.steps[0]}-{self.steps[-1]}): the gradient scaler skipped "
+                "each as an fp16 overflow, but a loss that is not finite before scaling is not cured by a lower scale. Nothing of "
+                "these steps was saved; lower train.learning_rate, check the data, or train in bf16/fp32 (train.precision)")
+
+
+def read_steps(pending: list[PendingStep], questions_per_step: int, skips_overflow: bool,
+               nonfinite: NonFiniteLosses | None = None) -> list[dict]:
     """Fill each step's record with `loss` and `acc` (over every rank's questions), `grad_norm`
     and `aux_*` (this rank's), in one read, and return the records.
 
-    A non-finite loss or gradient norm is an fp16 overflow when a gradient scaler runs
-    (`skips_overflow`): its optimizer step was skipped and its scale lowered, so the record says
-    `skipped` and a warning is logged. Without a scaler a non-finite loss is an error.
+    With a gradient scaler (fp16, `skips_overflow`) a non-finite loss or gradient norm is an
+    overflow: the scaler skipped the optimizer step and lowered its scale, so the record says
+    `skipped` and a warning is logged; `nonfinite` (kept across calls by the trainer) stops the run
+    after its limit of non-finite losses in a row. Without a scaler a non-finite loss or gradient
+    norm is an error: the optimizer applied it, so the run stops here, before the step's
+    checkpoint is written (the trainer reads every step before it saves).
     """
     if not pending:
         return []
+    nonfinite = nonfinite if nonfinite is not None else NonFiniteLosses()
     nan = torch.tensor(float("nan"), dtype=torch.float64, device=pending[0].loss_sum.device)
     summed = all_reduce_sum(torch.stack([torch.stack([p.loss_sum.double(), p.correct.double()]) for p in pending]))
     keys = sorted({k for p in pending for k in p.aux})
@@ -50,12 +81,22 @@ def read_steps(pending: list[PendingStep], questions_per_step: int, skips_overfl
         record = p.record
         record.update({"loss": loss_sum / questions_per_step, "acc": correct / questions_per_step, "grad_norm": grad_norm})
         record.update({f"aux_{k}": v for k, v in zip(keys, aux) if k in p.aux})
-        overflow = not math.isfinite(record["loss"]) or (p.grad_norm is not None and not math.isfinite(grad_norm))
-        if overflow and skips_overflow:
-            record["skipped"] = True
-            log.warning("step %d: fp16 overflow (loss %s, grad norm %s); the gradient scaler skipped the update and lowered its scale",
-                        record["step"], record["loss"], grad_norm)
-        elif not math.isfinite(record["loss"]):
-            raise FloatingPointError(f"loss is {record['loss']} at step {record['step']}; lower train.learning_rate or check the data")
+        bad_loss = not math.isfinite(record["loss"])
+        bad_grad = p.grad_norm is not None and not math.isfinite(grad_norm)
+        if skips_overflow:
+            nonfinite.see(record["step"], record["loss"])
+            if bad_loss or bad_grad:
+                record["skipped"] = True
+                log.warning("step %d: fp16 overflow (loss %s, grad norm %s); the gradient scaler skipped the update and lowered its scale",
+                            record["step"], record["loss"], grad_norm)
+        elif bad_loss:
+            raise FloatingPointError(f"loss is {record['loss']} at step {record['step']}; nothing of this step was saved (the last "
+                                     "checkpoint is intact); lower train.learning_rate or check the data")
+        elif bad_grad:
+            culprits = describe_non_finite(p.norms) if p.norms is not None else "(per-tensor norms not recorded)"
+            raise FloatingPointError(
+                f"gradient norm is {grad_norm} at step {record['step']} (loss {record['loss']:.4f} is finite): non-finite gradients in "
+                f"{culprits}. The optimizer applied them, so the run stops before this step is saved (the last checkpoint is intact); "
+                "lower train.learning_rate, check the data, or train in fp32 (train.precision)")
         records.append(record)
     return records

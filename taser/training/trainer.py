@@ -24,7 +24,8 @@ from taser.training.config import TrainConfig
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.loader import StepBatches, default_loader_workers, step_loader
 from taser.training.lr_decay import param_groups
-from taser.training.records import PendingStep, read_steps
+from taser.training.grad_norms import clip_gradients
+from taser.training.records import NonFiniteLosses, PendingStep, read_steps
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner
 from taser.training.tensorboard import TensorBoardLog
@@ -70,8 +71,9 @@ class _Loop:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: torch.amp.GradScaler | None
     runner: StepRunner
-    params: list
+    params: list[tuple[str, torch.nn.Parameter]]  # the trained ones, by name
     precision: str
+    nonfinite: NonFiniteLosses = field(default_factory=NonFiniteLosses)  # fp16: non-finite losses in a row
     history: list[dict] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
     pending: list[PendingStep] = field(default_factory=list)  # steps whose figures are still on the device
@@ -165,8 +167,9 @@ class Trainer:
             scheduler=linear_schedule(optimizer, cfg.warmup_steps, self.total_steps),
             scaler=grad_scaler(precision, self.device),
             runner=StepRunner(trained, cfg.loss_config(model.config), precision, self.device, cfg.grad_cache_chunk, self.dist.world_size),
-            params=[p for p in model.parameters() if p.requires_grad],
+            params=[(n, p) for n, p in model.named_parameters() if p.requires_grad],
             precision=precision,
+            nonfinite=NonFiniteLosses(cfg.max_nonfinite_losses),
         )
 
     def _resume(self, loop: _Loop) -> int:
@@ -214,9 +217,8 @@ class Trainer:
                 aux[k] = aux.get(k, 0.0) + v / cfg.grad_accumulation
         if loop.scaler is not None:
             loop.scaler.unscale_(loop.optimizer)
-        grad_norm = None
-        if cfg.grad_clip > 0 or loop.scaler is not None:  # with a scaler, the norm tells an overflow
-            grad_norm = torch.nn.utils.clip_grad_norm_(loop.params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        # always measured: with a scaler the norm tells an overflow; without one, a non-finite norm must stop the run before a save
+        norms = clip_gradients(loop.params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if loop.scaler is not None:
             loop.scaler.step(loop.optimizer)  # skipped when the gradients overflowed
             loop.scaler.update()
@@ -225,7 +227,8 @@ class Trainer:
         lr = loop.scheduler.get_last_lr()[0]  # the rate this step applied (after `step()` it is the next step's)
         loop.scheduler.step()
         loop.optimizer.zero_grad(set_to_none=True)
-        return PendingStep({"step": step + 1, "lr": lr, "precision": loop.precision}, loss_sum, correct, grad_norm, aux)
+        return PendingStep({"step": step + 1, "lr": lr, "precision": loop.precision}, loss_sum, correct,
+                           norms.total if norms is not None else None, aux, norms)
 
     def _read_due(self, step: int) -> bool:
         """Steps whose figures are read: every `log_every`, before validation and checkpoints (the
@@ -238,7 +241,7 @@ class Trainer:
         """The pending steps' figures, read at once; the last one gets the throughput since the
         last read and, when due, validation; each is written to the training log."""
         n_q = self.cfg.batch_size * self.dist.world_size * self.cfg.grad_accumulation
-        records = read_steps(loop.pending, n_q, skips_overflow=loop.scaler is not None)
+        records = read_steps(loop.pending, n_q, skips_overflow=loop.scaler is not None, nonfinite=loop.nonfinite)
         loop.pending = []
         last = records[-1]
         elapsed = time.perf_counter() - loop.window_start

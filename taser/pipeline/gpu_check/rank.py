@@ -44,7 +44,7 @@ def rank_main(spec_file: str) -> None:
     spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
     job = GpuCheckJob(**spec["job"])
     work = Path(spec["work"])
-    info = init_distributed()
+    info = init_distributed(device=job.device)
     logging.basicConfig(level=logging.INFO if info.is_main else logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s rank{info.rank} %(name)s: %(message)s", force=True)
     logging.getLogger("transformers").setLevel(logging.ERROR)
