@@ -64,7 +64,7 @@ def test_shards_together_equal_one_run(checkpoint, mini_squad, whole, tmp_path):
     assert ids == whole[1] == [p.id for p in read_passages(mini_squad / "passages.tsv")]
     np.testing.assert_allclose(vectors, whole[0], rtol=1e-5, atol=1e-6)
     # the same command again finds everything done and encodes nothing
-    again = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 1, 3, chunk_size=16, progress=False)
+    again = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 1, 3, chunk_size=16, progress=False, precision="fp32", device="cpu")
     assert again["encoded_now"] == 0
 
 
@@ -171,6 +171,34 @@ def test_resuming_with_other_settings_is_refused(three_shards, checkpoint, mini_
         encode_corpus(checkpoint, mini_squad / "passages.tsv", three_shards, 0, 3, chunk_size=32, dtype="float16", progress=False)
     with pytest.raises(ValueError, match="unknown vector dtype 'int8'"):
         ShardWriter(three_shards, {"shard_id": 0, "num_shards": 3, "dtype": "int8"})
+
+
+def test_a_resume_in_another_precision_is_refused_before_any_work(checkpoint, mini_squad, tmp_path, monkeypatch):
+    """Would catch a shard started in bf16 and finished in fp32 (or the reverse) accepted silently:
+    precision must match to resume, as backend and dtype must."""
+    import taser.pipeline.encode as encode
+
+    out = tmp_path / "emb"
+    encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=64, progress=False, precision="fp32", device="cpu")
+    manifest = json.loads((out / "shard_000_of_001" / "manifest.json").read_text())
+    assert manifest["precision"] == "fp32"
+    (out / "shard_000_of_001" / "chunk_000001.npz").unlink()  # as if killed after the first chunk
+    monkeypatch.setattr(encode, "load_checkpoint", lambda *a, **k: pytest.fail("the model was loaded before the refusal"))
+    with pytest.raises(ValueError, match=r"written with other settings \(precision differ\)"):
+        encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=64, progress=False, precision="bf16", device="cpu")
+
+
+def test_evaluate_reuses_an_index_only_of_its_own_precision(checkpoint, mini_squad, tmp_path, monkeypatch):
+    import taser.pipeline.encode as encode
+    from taser.pipeline.evaluate import dense_index
+
+    encoded = []
+    real = encode.encode_corpus
+    monkeypatch.setattr(encode, "encode_corpus", lambda *a, **k: encoded.append(k["precision"]) or real(*a, **k))
+    for precision in ("fp32", "fp32", "bf16"):
+        index = dense_index(checkpoint, mini_squad / "passages.tsv", tmp_path, precision=precision, device="cpu")
+    assert encoded == ["fp32", "bf16"]  # the second fp32 call reused the first index; bf16 built its own
+    assert json.loads((index / "index.json").read_text())["precision"] == "bf16"
 
 
 @pytest.mark.slow

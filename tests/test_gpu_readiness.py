@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import tiny_model_cfg
-from torch.overrides import TorchFunctionMode
+from host_reads import CountHostReads, NoHostReads
 
 from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.models.loading import load_model
@@ -22,22 +22,6 @@ from taser.training.trainer import Trainer
 
 TRAIN = dict(batch_size=2, hard_negatives=1, other_negatives=1, max_steps=4, log_every=2, save_every=0, val_max_questions=0, progress=False,
              precision="fp32", device="cpu", warmup_steps=0, learning_rate=1e-3)
-
-# what makes the host wait for a GPU: reading a device tensor's values, or an op whose output
-# size depends on them
-HOST_READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__bool__,
-              torch.Tensor.__index__, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.masked_select,
-              torch.masked_select, torch.unique, torch.Tensor.unique}
-
-
-class NoHostReads(TorchFunctionMode):
-    """Fails on any tensor read back to the host (on a GPU each one is a sync)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in HOST_READS:
-            raise AssertionError(f"host read inside a training step: {getattr(func, '__name__', func)}")
-        return func(*args, **(kwargs or {}))
-
 
 def _trainer(pretrained, tokenizer, data_dir, tmp_path, model_type="dpr", model_extra=None, **train):
     model, _ = load_model(tiny_model_cfg(pretrained, model_type, **(model_extra or {})))
@@ -66,14 +50,59 @@ def test_a_training_step_reads_nothing_back_from_the_device(tiny_pretrained, tok
 
 
 def test_the_guard_sees_a_host_read(tiny_pretrained, tokenizer, mini_squad, tmp_path, monkeypatch):
-    """The guard above is live: the old per-step `float()` of the gradient norm trips it."""
+    """The guard above is live: a per-step `float()` of the gradient norm trips it."""
+    import taser.training.trainer as trainer_module
+
     trainer = _trainer(tiny_pretrained, tokenizer, mini_squad, tmp_path, "dpr", {"unpad": False})
     loop = trainer._set_up()
-    real = torch.nn.utils.clip_grad_norm_
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: float(real(*a, **k)))
+    real = trainer_module.clip_gradients
+    monkeypatch.setattr(trainer_module, "clip_gradients", lambda *a, **k: (lambda n: (float(n.total), n)[1])(real(*a, **k)))
     micro_batches = next(iter(trainer._loader(0)))
     with NoHostReads(), pytest.raises(AssertionError, match="host read inside a training step: __float__"):
         trainer._optimizer_step(loop, 0, micro_batches)
+
+
+_x = torch.tensor([0.5, -1.0, 2.0])
+_idx = torch.tensor([0, 2, 2])
+GUARDED = {  # every op the guard lists, each in a form that reads the device
+    "item": lambda: _x[0].item(), "tolist": lambda: _x.tolist(), "float": lambda: float(_x[0]), "int": lambda: int(_idx[0]),
+    "bool": lambda: bool(_x[0] > 0), "index": lambda: [1, 2][_idx[0]], "cpu": lambda: _x.cpu(), "numpy": lambda: _x.numpy(),
+    "nonzero": lambda: _x.nonzero(), "torch.nonzero": lambda: torch.nonzero(_x), "masked_select": lambda: _x.masked_select(_x > 0),
+    "torch.masked_select": lambda: torch.masked_select(_x, _x > 0), "unique": lambda: torch.unique(_idx), "Tensor.unique": lambda: _idx.unique(),
+    "unique_consecutive": lambda: torch.unique_consecutive(_idx), "Tensor.unique_consecutive": lambda: _idx.unique_consecutive(),
+    "bincount": lambda: torch.bincount(_idx, minlength=3), "Tensor.bincount": lambda: _idx.bincount(), "argwhere": lambda: torch.argwhere(_x),
+    "Tensor.argwhere": lambda: _x.argwhere(), "histc": lambda: torch.histc(_x), "Tensor.histc": lambda: _x.histc(),
+    "boolean mask": lambda: _x[_x > 0], "boolean mask in a tuple": lambda: _x.view(1, 3)[0, _x > 0],
+    "boolean mask assignment": lambda: _x.clone().__setitem__(_x > 0, 0.0), "index_put_ with a mask": lambda: _x.clone().index_put_((_x > 0,), torch.tensor(0.0)),
+    "repeat_interleave": lambda: torch.repeat_interleave(_x, _idx + 1), "Tensor.repeat_interleave": lambda: _x.repeat_interleave(_idx + 1),
+    "repeat_interleave(repeats)": lambda: torch.repeat_interleave(_idx), "where(condition)": lambda: torch.where(_x > 0),
+}
+
+
+@pytest.mark.parametrize("op", sorted(GUARDED))
+def test_the_widened_guard_trips_on_each_op_it_lists(op):
+    """Would catch an op of the list the guard no longer sees (the ops learned routing uses were unseen before)."""
+    with NoHostReads(), pytest.raises(AssertionError, match="host read inside a training step"):
+        GUARDED[op]()
+    with NoHostReads():  # the same ops without a read pass
+        _x[1:], _x.repeat_interleave(2), torch.repeat_interleave(_x, _idx + 1, output_size=7), _x[_idx], torch.where(_x > 0, _x, 0.0)
+
+
+def test_learned_routing_reads_the_host_only_in_its_routed_layers(tiny_pretrained, tokenizer, mini_squad, tmp_path):
+    """Learned routing reads each expert's count of units once per routed layer (by design); the
+    guard allows exactly those reads (`host_reads.ROUTED`) and still trips on any other."""
+    for routing in ("learned_token", "learned_sequence"):
+        trainer = _trainer(tiny_pretrained, tokenizer, mini_squad, tmp_path / routing, "taser",
+                           {"unpad": False, "taser": {"specialize_every": 1, "routing": routing}})
+        loop = trainer._set_up()
+        batches = iter(trainer._loader(0))
+        first, second = next(batches), next(batches)
+        guard = NoHostReads(allow_routed=True)
+        with guard:
+            loop.pending.append(trainer._optimizer_step(loop, 0, first))
+        assert guard.routed_reads and {f for _, f in guard.routed_reads} <= {"dispatch", "load_balance_loss", "run_tokens", "record"}
+        with NoHostReads(), pytest.raises(AssertionError):  # without the allow-list the same step trips the guard
+            trainer._optimizer_step(loop, 1, second)
 
 
 def _ids(loader):
@@ -189,17 +218,6 @@ def test_an_fp16_overflow_skips_its_step(tiny_pretrained, tokenizer, mini_squad,
     nan = PendingStep({"step": 7}, torch.tensor(float("nan")), torch.tensor(0.0), None, {})
     with pytest.raises(FloatingPointError, match="loss is nan at step 7"):
         read_steps([nan], 2, skips_overflow=False)
-
-
-class CountHostReads(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.reads = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in HOST_READS:
-            self.reads.append(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
 
 
 def test_encoding_reads_the_vectors_back_once(tiny_pretrained, tokenizer):

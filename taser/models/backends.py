@@ -47,7 +47,18 @@ FAILED_GATE: dict[Backend, str] = {  # backend -> what the recorded measurement 
 RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3)}
 
 
-RECORD_KEYS = ("backend", "backend_recipe")  # what backend_record writes
+# what a manifest or an index records of how its vectors were computed (backend_record's keys, and the
+# precision: a shard resumed in another precision, or an index reused across precisions, would mix vectors)
+RECORD_KEYS = ("backend", "backend_recipe", "precision")
+
+
+def vectors_precision(backend: Backend | str, precision: str, device) -> str:
+    """The precision the vectors are computed in: an ONNX Runtime graph's own (fp32), else `precision`
+    resolved for `device` (`taser.runtime.resolve_precision`)."""
+    from taser.runtime import resolve_precision
+
+    backend = Backend.parse(backend, "backend")
+    return resolve_precision(precision, device) if backend == Backend.torch else "fp32"
 
 
 def backend_record(backend: Backend | str) -> dict:
@@ -60,7 +71,7 @@ def backend_record(backend: Backend | str) -> dict:
 
 
 def recorded_backend(record: dict) -> dict:
-    """The `backend_record` part of a manifest or an index's record ({} for torch's vectors)."""
+    """The `backend_record` part of a manifest or an index's record ({} for torch's vectors), and its precision."""
     return {k: record[k] for k in RECORD_KEYS if k in record}
 
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from taser.data.passage_store import PassageStore
-from taser.models.backends import backend_record, resolve_backend
+from taser.models.backends import backend_record, resolve_backend, vectors_precision
 from taser.models.encoding import device_of, encode_ids, encoding_runtime
 from taser.models.inputs import passage_ids
 from taser.models.loading import load_checkpoint
@@ -63,7 +63,7 @@ def encode_corpus(
             raise ValueError(f"{passages_tsv}: shard {shard_id} of {num_shards} has no passages ({len(store)} in all)")
         manifest = {"checkpoint": checkpoint_identity(checkpoint), "passages": passages_identity(passages_tsv, len(store)),
                     "num_shards": num_shards, "shard_id": shard_id, "start": start, "end": end, "chunk_size": chunk_size, "dtype": dtype,
-                    **backend_record(backend)}
+                    **backend_record(backend), "precision": vectors_precision(backend, precision, pick_device(device))}  # a resume must match them
         writer = ShardWriter(out_dir, manifest)
         done = writer.done()
         if done:

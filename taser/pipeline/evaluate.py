@@ -71,7 +71,7 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
                 backend: str = "torch") -> Path:
     """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
     this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built."""
-    from taser.models.backends import backend_record, recorded_backend, resolve_backend
+    from taser.models.backends import backend_record, recorded_backend, resolve_backend, vectors_precision
     from taser.models.biencoder import read_checkpoint_config
     from taser.pipeline.encode import encode_corpus
     from taser.pipeline.index import build_index
@@ -84,10 +84,11 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     index_dir, embeddings = work / "index", work / "embeddings"
     identity = checkpoint_identity(checkpoint)
     backend = resolve_backend(backend, pick_device(device).type)
-    made_by = backend_record(backend)
+    made_by = {**backend_record(backend), "precision": vectors_precision(backend, precision, pick_device(device))}
 
     def made_here(record: dict) -> bool:
-        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint, passages file and backend (and its recipe)."""
+        """Whether `record` (an index's or an embeddings manifest's) is of this checkpoint, passages file, backend (and its
+        recipe) and precision."""
         try:
             check_same_passages(record.get("passages"), passages_tsv, str(work))
         except ValueError:

@@ -30,14 +30,14 @@ class GradNorms:
 def clip_gradients(named_params: Iterable[tuple[str, torch.nn.Parameter]], max_norm: float) -> GradNorms | None:
     """Clip the gradients to `max_norm` in all (`inf`: measure only) and return their norms, or
     None when no parameter has a gradient. Nothing is read back to the host."""
-    named = [(n, p.grad) for n, p in named_params if p.grad is not None]
+    named = [(n, p) for n, p in named_params if p.grad is not None]
     if not named:
         return None
-    grads = [g for _, g in named]
+    grads = [p.grad for _, p in named]
     per_tensor = torch.stack([n.float() for n in torch._foreach_norm(grads)])
     total = get_total_norm([per_tensor])  # the 2-norm of the tensors' 2-norms: the norm of them all
     if math.isfinite(max_norm):
-        clip_grads_with_norm_([p for p in grads], max_norm, total)
+        clip_grads_with_norm_([p for _, p in named], max_norm, total)
     return GradNorms(total, per_tensor, [n for n, _ in named])
 
 
