@@ -19,7 +19,8 @@ from taser.pipeline.convert import convert_checkpoint
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    out = convert_checkpoint(job.conversion, job.source, job.output, job.ctx_source, job.base_model, job.max_length, job.allow_pickle, job.overwrite)
+    out = convert_checkpoint(job.conversion, job.source, job.output, job.ctx_source, job.base_model, job.max_length, job.allow_pickle, job.overwrite,
+                             job.target_transformers)
     print(out)
 
 

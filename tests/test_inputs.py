@@ -1,7 +1,8 @@
 """Questions and passages are tokenised as DPR and TASER tokenise them (`taser.models.inputs`):
-a titled passage is the pair (title, text) truncated longest-first, token type ids all zero; a
-question is normalised (’ -> ') first. The references are built with the tokenizer's own pair
-encoding, as DPR's `text_to_tensor` calls it, not with this library's functions."""
+a titled passage is the pair (title, text) truncated longest-first by the slow tokenizer's rule,
+token type ids all zero; a question is normalised (’ -> ') first. The references are built as
+DPR's `text_to_tensor` builds them with transformers 4.x's slow tokenizer (its truncation loop
+written out here), not with this library's functions."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from taser.models import unpad as _unpad  # noqa: F401  (registers the padding-f
 from taser.models.biencoder import BiEncoder
 from taser.models.config import BiEncoderConfig
 from taser.models.encoding import encode_passages, encode_questions, encode_texts
-from taser.models.inputs import normalize_question, passage_ids, passage_string, tokenize_passages, tokenize_questions
+from taser.models.inputs import longest_first, normalize_question, passage_ids, passage_string, tokenize_passages, tokenize_questions
 from taser.models.loading import load_model
 from taser.retrieval.dense import dense_retrieve
 from taser.training.batching import Example, collate
@@ -31,11 +32,47 @@ LONG_TITLE = " ".join(["The Very Long Title of a Wikipedia Article about the His
 LONG_TEXT = "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a region in France. " * 3
 
 
+def slow_truncate_longest_first(ids: list[int], pair_ids: list[int], num_tokens_to_remove: int) -> tuple[list[int], list[int]]:
+    """transformers 4.x's `PreTrainedTokenizerBase.truncate_sequences` with `longest_first`, the loop
+    the slow `BertTokenizer` that DPR and TASER call runs (written from its code)."""
+    for _ in range(num_tokens_to_remove):
+        if pair_ids is None or len(ids) > len(pair_ids):
+            ids = ids[:-1]
+        else:
+            pair_ids = pair_ids[:-1]
+    return ids, pair_ids
+
+
 def dpr_ids(tokenizer, title: str, text: str, max_length: int) -> list[int]:
-    """DPR's and TASER's `text_to_tensor(text, title)` (before padding)."""
+    """DPR's and TASER's `text_to_tensor(text, title)` (before padding): the slow tokenizer's
+    `encode(title, text_pair=text, truncation=True, max_length=...)`: each side tokenised alone,
+    the pair truncated by the loop above, then `[CLS] title [SEP] text [SEP]`."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     if title:
-        return tokenizer.encode(title, text_pair=text.strip(), truncation=True, max_length=max_length)
+        first = tokenizer(title, add_special_tokens=False)["input_ids"]
+        second = tokenizer(text.strip(), add_special_tokens=False)["input_ids"]
+        first, second = slow_truncate_longest_first(first, second, max(0, len(first) + len(second) + 3 - max_length))
+        return [cls] + first + [sep] + second + [sep]
     return tokenizer.encode(text.strip(), truncation=True, max_length=max_length)
+
+
+def test_longest_first_equals_the_slow_tokenizers_loop():
+    """Would catch the fast tokenizer's tie-break (the title cut when both sides are equally long)."""
+    for first in range(0, 40):
+        for second in range(0, 40):
+            for budget in (2, 5, 13, 29, 45):
+                a, b = slow_truncate_longest_first(list(range(first)), list(range(second)), max(0, first + second - budget))
+                assert longest_first(first, second, budget) == (len(a), len(b)), (first, second, budget)
+
+
+def test_a_28_token_title_at_32_keeps_15_title_and_14_text_tokens(tokenizer):
+    """The issue's case: TASER keeps 15 title + 14 text tokens; a fast tokenizer's pair truncation 14 + 15."""
+    title, text = " ".join(["alpha"] * 28), " ".join(["beta"] * 60)
+    alpha, beta = tokenizer.convert_tokens_to_ids(["alpha", "beta"])
+    ours = passage_ids(tokenizer, [title], [text], 32)[0]
+    assert (ours.count(alpha), ours.count(beta)) == (15, 14) and ours == dpr_ids(tokenizer, title, text, 32)
+    fast = tokenizer(title, text, truncation="longest_first", max_length=32)["input_ids"]
+    assert (fast.count(alpha), fast.count(beta)) == (14, 15)  # what the rule replaced: the test can fail
 
 
 def test_untruncated_passages_keep_the_ids_of_title_sep_text(tokenizer):

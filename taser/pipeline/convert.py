@@ -27,14 +27,15 @@ def convert_checkpoint(
     max_length: int | None = None,
     allow_pickle: bool = False,
     overwrite: bool = False,
+    target_transformers: str | None = None,
 ) -> Path:
     """Run one conversion; the output path. An import writes a checkpoint directory that
     `load_checkpoint` (and so `encode_passages` and `evaluate`) reads, or, for `import_dpr_reader`,
     a reader directory that `scripts/read.py` reads; an export reads one.
     A setting the conversion does not use is refused (`check_arguments`)."""
-    conversion = check_arguments(conversion, ctx_source, base_model, max_length, allow_pickle)
+    conversion = check_arguments(conversion, ctx_source, base_model, max_length, allow_pickle, target_transformers)
     with conversion_progress(str(conversion), STEPS[conversion]):
-        _convert(conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite)
+        _convert(conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite, target_transformers)
     log.info("%s: %s -> %s", conversion, source, output)
     return Path(output)
 
@@ -45,7 +46,7 @@ STEPS = {Conversion.import_hf_dpr: 4, Conversion.import_dpr_cp: 3, Conversion.im
          Conversion.import_dpr_reader: 3}  # fmt: skip
 
 
-def _convert(conversion: Conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite) -> None:
+def _convert(conversion: Conversion, source, output, ctx_source, base_model, max_length, allow_pickle, overwrite, target_transformers) -> None:
     if conversion == Conversion.import_hf_dpr:
         import_hf_dpr(source, ctx_source, output, max_length=max_length, overwrite=overwrite, allow_pickle=allow_pickle)
     elif conversion == Conversion.import_dpr_cp:
@@ -59,4 +60,4 @@ def _convert(conversion: Conversion, source, output, ctx_source, base_model, max
     elif conversion == Conversion.export_sentence_transformers:
         export_sentence_transformers(source, output, overwrite=overwrite)
     else:
-        export_taser_release(source, output, base_model=base_model, overwrite=overwrite)
+        export_taser_release(source, output, base_model=base_model, overwrite=overwrite, target_transformers=target_transformers)

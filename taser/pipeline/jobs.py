@@ -243,9 +243,12 @@ class ConvertJob:
     max_length: int | None = None  # imports: tokens read per question and passage; None: the file's sequence_length, else 256
     allow_pickle: bool = False  # imports: load pickled Python objects (DPR's and TASER's Hydra settings); runs code from the file
     overwrite: bool = False  # replace an existing output
+    # export_taser: the transformers version TASER's code runs with; null: its environment.yml's pin (4.12.5), whose
+    # BERT needs embeddings.position_ids in the file; 4.31 and later refuse that key (e.g. target_transformers=4.44)
+    target_transformers: str | None = None
 
     def __post_init__(self):
-        check_arguments(self.conversion, self.ctx_source, self.base_model, self.max_length, self.allow_pickle)
+        check_arguments(self.conversion, self.ctx_source, self.base_model, self.max_length, self.allow_pickle, self.target_transformers)
 
 
 SCHEMAS = {

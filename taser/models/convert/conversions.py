@@ -23,9 +23,25 @@ class Conversion(Choice):
 NEEDS_CTX_SOURCE = {Conversion.import_hf_dpr}
 TAKES_BASE_MODEL = {Conversion.import_dpr_cp, Conversion.import_taser, Conversion.export_taser, Conversion.import_dpr_reader}
 NEEDS_BASE_MODEL = {Conversion.export_taser}  # written into the file as pretrained_model_cfg, which TASER's code builds from
+# export_taser: the transformers version that will load the file. TASER's environment.yml pins 4.12.5, whose BERT
+# saves (and strictly loads) `embeddings.position_ids`; from 4.31 on that buffer is not saved, and a file holding it
+# is refused as unexpected.
+TASER_PINNED_TRANSFORMERS = "4.12.5"
+POSITION_IDS_DROPPED_IN = (4, 31)
 
 
-def check_arguments(conversion: Conversion | str, ctx_source=None, base_model=None, max_length=None, allow_pickle: bool = False) -> Conversion:
+def saves_position_ids(transformers_version: str) -> bool:
+    """Whether BERT's state dict holds `embeddings.position_ids` in this transformers version (before 4.31)."""
+    try:
+        major, minor = (int(part) for part in str(transformers_version).split(".")[:2])
+    except ValueError:
+        raise ValueError(f"target_transformers must be a version such as {TASER_PINNED_TRANSFORMERS} or 4.44, "
+                         f"got {transformers_version!r}") from None
+    return (major, minor) < POSITION_IDS_DROPPED_IN
+
+
+def check_arguments(conversion: Conversion | str, ctx_source=None, base_model=None, max_length=None, allow_pickle: bool = False,
+                    target_transformers: str | None = None) -> Conversion:
     """The conversion, after refusing any setting it would not use (settings are never ignored)."""
     conversion = Conversion.parse(conversion, "conversion")
     if (ctx_source is not None) != (conversion in NEEDS_CTX_SOURCE):
@@ -40,6 +56,10 @@ def check_arguments(conversion: Conversion | str, ctx_source=None, base_model=No
     for name, value in (("max_length", max_length), ("allow_pickle", allow_pickle or None)):
         if value is not None and not conversion.imports:
             raise ValueError(f"{name} applies to imports, not to conversion={conversion}")
+    if target_transformers is not None:
+        if conversion != Conversion.export_taser:
+            raise ValueError(f"target_transformers applies to export_taser, not to conversion={conversion}")
+        saves_position_ids(target_transformers)
     if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2):
         raise ValueError(f"max_length must be an integer >= 2 (or null), got {max_length!r}")
     return conversion

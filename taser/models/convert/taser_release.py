@@ -31,6 +31,7 @@ import torch
 from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.models.config import BiEncoderConfig
 from taser.models.convert.dpr_state import RELEASE_FILE, DprCheckpoint, base_encoder, read_dpr_checkpoint
+from taser.models.convert.conversions import TASER_PINNED_TRANSFORMERS, saves_position_ids
 from taser.models.convert.mapping import ConversionError, gather, listing
 from taser.models.convert.output import check_output, output_dir, step, write_readme
 from taser.models.convert.target import check_tokenizer, fill, is_pooler, new_model, tensor_shapes, write_checkpoint
@@ -173,7 +174,8 @@ def taser_overrides(moe_type: str) -> str:
             "encoder.use_infer_expert=False encoder.per_layer_gating=False encoder.mean_pool=False encoder.factor_rep=False")  # fmt: skip
 
 
-def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLike, base_model: str | None = None, overwrite: bool = False) -> Path:
+def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLike, base_model: str | None = None, overwrite: bool = False,
+                         target_transformers: str | None = None) -> Path:
     """Write a `taser` checkpoint as `output/pytorch_model.bin` in the layout TASER's own scripts load
     (microsoft/taser's `generate_dense_embeddings_v2` and `evaluate_dense_retriever`, `model_file=`).
 
@@ -183,7 +185,14 @@ def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLik
     as `pretrained_model_cfg`, from which TASER's code builds the encoder and its tokenizer; TASER
     resolves only names such as `bert-base-uncased` (`TASER_BASE_PREFIXES`). The weights are
     TASER's tensor names, under `question_model.encoder.` and again under `ctx_model.encoder.`.
+
+    `target_transformers` (default: TASER's pinned 4.12.5): the transformers version TASER's code
+    will load the file with. Before 4.31 BERT's state dict holds the `embeddings.position_ids`
+    buffer and TASER's strict `load_state_dict` requires it, as its release files hold it; from
+    4.31 on the buffer is not saved and the same key is refused as unexpected, so it is left out.
     """
+    target_transformers = target_transformers or TASER_PINNED_TRANSFORMERS
+    position_ids = saves_position_ids(target_transformers)
     if not base_model:
         raise ConversionError(
             "export_taser needs base_model=<hub name of the BERT model the checkpoint was trained from, e.g. bert-base-uncased>: "
@@ -210,6 +219,8 @@ def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLik
         log.warning("base_model=%s: TASER's code resolves only model names starting with %s (e.g. bert-base-uncased); "
                     "it will not build an encoder from this one", base_model, ", ".join(p + "-" for p in TASER_BASE_PREFIXES))  # fmt: skip
     question = {their_name(n): t.detach().contiguous() for n, t in model.state_dict().items()}
+    if position_ids:  # the buffer transformers < 4.31 saves, as TASER's release files hold it: 0 .. max_position_embeddings - 1
+        question[QUESTION + "embeddings.position_ids"] = torch.arange(model.encoder_config.max_position_embeddings).unsqueeze(0)
     model_dict = {**question, **{CONTEXT + n[len(QUESTION) :]: t for n, t in question.items()}}
     params = {
         "do_lower_case": _lowercases(load_tokenizer(checkpoint)), "pretrained_model_cfg": str(base_model),
@@ -222,6 +233,9 @@ def export_taser_release(checkpoint: str | os.PathLike, output: str | os.PathLik
         write_readme(tmp, "A taser checkpoint in TASER's layout", checkpoint, [
             f"Load `{RELEASE_FILE}` with microsoft/taser's `python -m taser.generate_dense_embeddings_v2` or "
             f"`python -m taser.evaluate_dense_retriever`: `model_file=<path to {RELEASE_FILE}> {taser_overrides(moe_type)}`.",
+            f"Written for transformers {target_transformers} "
+            f"({'with' if position_ids else 'without'} `embeddings.position_ids`, which transformers < 4.31 saves and later versions refuse; "
+            "TASER's environment.yml pins 4.12.5). For another version: `target_transformers=<version>`.",
             "TASER's code prepares the inputs itself, as this library does: questions with \u2019 replaced by ', "
             f"passages as (title, text) pairs truncated longest-first to sequence_length={cfg.max_length}, token types zero.",
         ])  # fmt: skip
