@@ -267,3 +267,18 @@ def test_dpr_reader_import_through_convert_checkpoint(tmp_path, tiny_pretrained)
     assert json.loads((out / "config.json").read_text())["taser_reader"]["max_length"] == 48
     with pytest.raises(ValueError, match="ctx_source"):
         convert_checkpoint("import_dpr_reader", path, tmp_path / "x", ctx_source=str(path))
+
+
+def test_the_reader_trains_in_float32_from_a_half_precision_checkpoint(tiny_pretrained, tmp_path):
+    """Would catch a bf16-saved encoder (or reader) loaded as bf16 weights: AdamW's small updates to
+    them round away (the bi-encoder loads float32 whatever the file's dtype; so must the reader)."""
+    from transformers import AutoModel
+
+    from taser.reader.model import Reader
+
+    AutoModel.from_pretrained(tiny_pretrained).to(torch.bfloat16).save_pretrained(tmp_path / "bf16-bert")
+    fresh = Reader.from_pretrained(str(tmp_path / "bf16-bert"), 64, 16)
+    assert {p.dtype for p in fresh.parameters()} == {torch.float32}
+    fresh.to(torch.bfloat16).save(tmp_path / "bf16-reader")
+    loaded = Reader.load(tmp_path / "bf16-reader")
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}

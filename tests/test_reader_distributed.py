@@ -49,3 +49,63 @@ def test_two_reader_processes_match_one(tmp_path, tiny_pretrained):
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
     assert single.history[-1]["loss"] != single.history[0]["loss"]  # the runs trained
+
+
+def _scored(record: dict) -> dict:
+    """A known, uneven score per dev question (its number from the question text), so that a rank's
+    share alone, or a share counted twice, gives another total."""
+    i = int(record["question"].split()[-1].rstrip("?"))
+    return {"em": float(i % 3 == 0), "f1": 0.1 * i}
+
+
+def _dev_worker(rank, world, init_file, reader_dir, dev_file, out):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TASER_DIST_INIT=f"file://{init_file}")
+    import taser.reader.selection as selection
+    from taser.reader.data import read_for_reader
+    from taser.reader.model import load_reader
+    from taser.training.distributed import destroy_distributed, init_distributed
+
+    info = init_distributed(device="cpu")
+    read = []
+    real_read = selection.read_passages
+    selection.read_passages = lambda model, tok, records, *a, **k: read.append(len(records)) or real_read(model, tok, records, *a, **k)
+    selection.predict = lambda record, passages, k, match: _scored(record)
+    model, tokenizer = load_reader(reader_dir)
+    dev = selection.DevSelection(read_for_reader(dev_file, k=3), 3, "string", 10, 4, out)
+    record = dev.evaluate(1, model, tokenizer, "fp32", torch.device("cpu"), info)
+    torch.save({"record": record, "read": read}, out / f"rank{rank}.pt")
+    destroy_distributed()
+
+
+def test_dev_evaluation_is_shared_by_the_ranks_and_equals_one_process(tmp_path, tiny_pretrained):
+    """Would catch rank 0 reading every dev question while the others wait in a collective (NCCL's
+    watchdog ends such a run), or ranks' shares not summed to the one-process figures."""
+    import taser.reader.selection as selection
+    from taser.reader.data import read_for_reader
+    from taser.reader.model import Reader
+
+    records = [r for r in retrieval_records(7, passages=3) if any(c["has_answer"] for c in r["ctxs"])]
+    dev_file = tmp_path / "dev.json"
+    dev_file.write_text(json.dumps(records))
+    torch.manual_seed(0)
+    Reader.from_pretrained(tiny_pretrained, 64, 16).save(tmp_path / "reader")
+    (tmp_path / "ddp").mkdir()
+    mp.spawn(_dev_worker, args=(2, tmp_path / "dist-init", tmp_path / "reader", dev_file, tmp_path / "ddp"), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / "ddp" / f"rank{r}.pt") for r in range(2)]
+    assert [r["read"] for r in ranks] == [[4], [3]]  # every rank read its share of the 7 questions
+    expected = {"em": 100 * 3 / 7, "f1": 100 * 0.1 * sum(range(7)) / 7}  # questions 0, 3, 6 exact
+    for r in ranks:
+        assert r["record"]["em"] == pytest.approx(expected["em"]) and r["record"]["f1"] == pytest.approx(expected["f1"])
+    # the one-process figures, by the same code on every question
+    from taser.reader.model import load_reader
+
+    model, tokenizer = load_reader(tmp_path / "reader")
+    real_predict = selection.predict
+    try:
+        selection.predict = lambda record, passages, k, match: _scored(record)
+        single = selection.DevSelection(read_for_reader(dev_file, k=3), 3, "string", 10, 4, tmp_path / "single").score(model, tokenizer, "fp32",
+                                                                                                                           torch.device("cpu"))
+    finally:
+        selection.predict = real_predict
+    assert single == pytest.approx((ranks[0]["record"]["em"], ranks[0]["record"]["f1"]))
+    assert (tmp_path / "ddp" / "dev_log.jsonl").read_text().count("\n") == 1  # the main rank alone writes the log
