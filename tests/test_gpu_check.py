@@ -74,6 +74,34 @@ def test_step_clock_times_the_timed_steps_and_profiles_the_next_ones(monkeypatch
     assert clock.timed_seconds == clock.ends[5] - clock.resumed[2] > 0
 
 
+def test_sync_debug_counts_the_syncs_of_the_timed_steps_only(monkeypatch):
+    """sync_debug=true: torch.cuda.set_sync_debug_mode("warn") from the first timed step to the last,
+    its warnings counted (here a GPU is faked: the mode decides whether a step's work warns)."""
+    import warnings
+
+    mode = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", mode.append)
+    clock = StepClock(torch.device("cuda", 0), warm=1, timed=2, active=0, sync_debug=True)
+    for step in range(1, 5):
+        if mode and mode[-1] == "warn":
+            warnings.warn(f"called a synchronizing CUDA operation (step {step})", UserWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)  # not a sync: not counted
+        clock(step, {})
+    assert mode == ["warn", 0]
+    assert clock.sync_warnings == ["called a synchronizing CUDA operation (step 2)", "called a synchronizing CUDA operation (step 3)"]
+    assert StepClock(torch.device("cpu"), 1, 2, 0, sync_debug=True).sync_warnings is None  # n/a on the CPU
+
+
+def test_a_single_gpu_host_says_the_multi_gpu_path_was_not_exercised():
+    from taser.pipeline.gpu_check.report import multi_gpu_note
+
+    one = {"setups": [{"world_size": 1}], "device": "cuda:0", "visible_gpus": 1, "job": {"ddp_processes": None}}
+    assert "was not exercised: this host shows 1 GPU" in multi_gpu_note(one)
+    assert multi_gpu_note({**one, "setups": [{"world_size": 1}, {"world_size": 8}], "visible_gpus": 8}) == ""
+    assert "ddp_processes=0" in multi_gpu_note({**one, "visible_gpus": 8, "job": {"ddp_processes": 0}})
+
+
 def test_failures_name_the_run_and_what_is_wrong():
     check = {"passed": True}
     assert run_failures("1 GPU", {"model": "dpr", "size": "tiny", "check": check, "train": {"steps_per_s": 2.0}}) == []

@@ -73,7 +73,8 @@ GUARDED = {  # every op the guard lists, each in a form that reads the device
     "bincount": lambda: torch.bincount(_idx, minlength=3), "Tensor.bincount": lambda: _idx.bincount(), "argwhere": lambda: torch.argwhere(_x),
     "Tensor.argwhere": lambda: _x.argwhere(), "histc": lambda: torch.histc(_x), "Tensor.histc": lambda: _x.histc(),
     "boolean mask": lambda: _x[_x > 0], "boolean mask in a tuple": lambda: _x.view(1, 3)[0, _x > 0],
-    "boolean mask assignment": lambda: _x.clone().__setitem__(_x > 0, 0.0), "index_put_ with a mask": lambda: _x.clone().index_put_((_x > 0,), torch.tensor(0.0)),
+    "boolean mask assignment": lambda: _x.clone().__setitem__(_x > 0, 0.0),
+    "index_put_ with a mask": lambda: _x.clone().index_put_((_x > 0,), torch.tensor(0.0)),
     "repeat_interleave": lambda: torch.repeat_interleave(_x, _idx + 1), "Tensor.repeat_interleave": lambda: _x.repeat_interleave(_idx + 1),
     "repeat_interleave(repeats)": lambda: torch.repeat_interleave(_idx), "where(condition)": lambda: torch.where(_x > 0),
 }

@@ -32,8 +32,8 @@ from taser.reader.selection import DevSelection
 from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device, precision_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.distributed import DistInfo, data_parallel
-from taser.training.lr_decay import param_groups
 from taser.training.grad_norms import clip_gradients
+from taser.training.lr_decay import param_groups
 from taser.training.records import NonFiniteLosses, PendingStep, read_steps
 from taser.training.trainer import linear_schedule, truncate_log
 

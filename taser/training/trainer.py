@@ -22,9 +22,9 @@ from taser.runtime import describe_hardware, grad_scaler, launcher_local_rank, p
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
 from taser.training.distributed import DistInfo, data_parallel
+from taser.training.grad_norms import clip_gradients
 from taser.training.loader import StepBatches, default_loader_workers, step_loader
 from taser.training.lr_decay import param_groups
-from taser.training.grad_norms import clip_gradients
 from taser.training.records import NonFiniteLosses, PendingStep, read_steps
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner

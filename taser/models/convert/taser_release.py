@@ -30,8 +30,8 @@ import torch
 
 from taser.models.biencoder import BiEncoder, load_tokenizer
 from taser.models.config import BiEncoderConfig
-from taser.models.convert.dpr_state import RELEASE_FILE, DprCheckpoint, base_encoder, read_dpr_checkpoint
 from taser.models.convert.conversions import TASER_PINNED_TRANSFORMERS, saves_position_ids
+from taser.models.convert.dpr_state import RELEASE_FILE, DprCheckpoint, base_encoder, read_dpr_checkpoint
 from taser.models.convert.mapping import ConversionError, gather, listing
 from taser.models.convert.output import check_output, output_dir, step, write_readme
 from taser.models.convert.target import check_tokenizer, fill, is_pooler, new_model, tensor_shapes, write_checkpoint

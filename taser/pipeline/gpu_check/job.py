@@ -83,6 +83,9 @@ class GpuCheckJob:
     squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
     articles: int | None = None  # only the first N articles of squad_json (None: all 40); the CPU dry run takes fewer
     peers: bool = True  # sentence-transformers' encoding figures too, when it is installed
+    # the timed steps under torch.cuda.set_sync_debug_mode("warn"): each implicit host-device sync (a tensor read, a
+    # data-dependent shape) warns, and the count is reported per run (GPUs only; the timing then includes the warnings)
+    sync_debug: bool = False
     # all GPUs: torchrun with this many processes; null: every visible GPU when more than one (else none); 0: never
     ddp_processes: int | None = None
     ddp_timeout_s: int = 1200

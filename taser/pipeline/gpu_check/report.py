@@ -70,6 +70,36 @@ def _peers(setup: dict, runs: list[dict]) -> str:
     return text
 
 
+def _sync_debug(runs: list[dict]) -> str:
+    """sync_debug=true: each run's count of implicit host-device syncs in its timed steps."""
+    counted = [r for r in runs if (r.get("train") or {}).get("sync_warnings") is not None]
+    if not counted:
+        return ""
+    text = "\nImplicit host-device syncs in the timed steps (torch.cuda.set_sync_debug_mode('warn'), sync_debug=true):\n\n"
+    for run in counted:
+        train = run["train"]
+        sites = "; ".join(train.get("sync_sites") or [])
+        text += f"- {run['model']} / {run['size']}: {train['sync_warnings']}" + (f" ({sites[:300]})" if sites else "") + "\n"
+    return text
+
+
+def multi_gpu_note(results: dict) -> str:
+    """Whether the multi-process path ran, said plainly when it did not."""
+    if any(setup.get("world_size", 1) > 1 for setup in results["setups"]):
+        return ""
+    job = results["job"]
+    if results["device"].startswith("cuda") and results["visible_gpus"] == 1:
+        why = "this host shows 1 GPU"
+    elif job.get("ddp_processes") == 0:
+        why = "ddp_processes=0"
+    elif results.get("stopped"):
+        why = "the check stopped before it"
+    else:
+        why = f"device {results['device']}, {results['visible_gpus']} GPU(s) visible"
+    return (f"\n**The multi-GPU path (torchrun, DDP, gradients and passages exchanged between ranks) was not exercised: {why}.** "
+            "Only the single-process figures above were checked.\n")
+
+
 def render(results: dict, seconds: float) -> str:
     job = results["job"]
     verdict = "running" if results["passed"] is None else ("PASSED" if results["passed"] else "FAILED")
@@ -100,6 +130,8 @@ def render(results: dict, seconds: float) -> str:
         if setup.get("error"):
             text += f"\n{setup['error']}\n"
         text += _peers(setup, setup["runs"])
+        text += _sync_debug(setup["runs"])
+    text += multi_gpu_note(results)
     if results.get("failures"):
         text += "\n## Failures\n\n" + "".join(f"- {f}\n" for f in results["failures"])
     return text

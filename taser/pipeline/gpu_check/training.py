@@ -13,6 +13,7 @@ import gc
 import logging
 import resource
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,6 +40,8 @@ class TrainFigures:
     memory_kind: str  # "max_memory_allocated" (CUDA) or "peak RSS" (CPU: this process's, since it started)
     gpu_busy: float | None  # share of profiled wall time the GPU was busy; None on CPU (or when the profiler saw no kernels)
     last_loss: float
+    sync_warnings: int | None = None  # implicit host-device syncs in the timed steps (sync_debug=true on a GPU), else None
+    sync_sites: list[str] | None = None  # the first few warnings' messages
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -70,8 +73,11 @@ class StepClock:
     the GPU's work on the previous one) for the GPU to finish; and the profiler's step marks.
     Profiling skips the warm and timed steps, warms up one, records `active`."""
 
-    def __init__(self, device: torch.device, warm: int, timed: int, active: int):
+    def __init__(self, device: torch.device, warm: int, timed: int, active: int, sync_debug: bool = False):
         self.device, self.warm, self.timed = device, warm, timed
+        self.sync_debug = sync_debug and device.type == "cuda"
+        self.sync_warnings: list[str] | None = [] if self.sync_debug else None
+        self._catcher = None
         self.skip, self.active = warm + timed, active
         self.edges = {warm, warm + timed} | ({self.skip + 1, self.skip + 1 + active} if active else set())
         self.ends: dict[int, float] = {}  # step -> when it ended, the GPU's work done
@@ -87,13 +93,33 @@ class StepClock:
     def __call__(self, step: int, record: dict) -> None:
         edge = step in self.edges
         if edge:
+            if step == self.warm + self.timed:
+                self._watch_syncs(False)  # before the edge's own synchronize
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.ends[step] = time.perf_counter()
         if self.profiler is not None:
             self.profiler.step()
         if edge:
+            if step == self.warm:
+                self._watch_syncs(True)
             self.resumed[step] = time.perf_counter()
+
+    def _watch_syncs(self, on: bool) -> None:
+        """sync_debug: warn on every implicit host-device sync between the timed window's edges, and count the warnings."""
+        if not self.sync_debug:
+            return
+        if on:
+            self._catcher = warnings.catch_warnings(record=True)
+            self._caught = self._catcher.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            return
+        torch.cuda.set_sync_debug_mode(0)
+        if self._catcher is not None:
+            self.sync_warnings.extend(str(w.message) for w in self._caught if "synchroniz" in str(w.message))
+            self._catcher.__exit__(None, None, None)
+            self._catcher = None
 
     @property
     def timed_seconds(self) -> float:
@@ -181,7 +207,7 @@ def measure_training(job, settings: dict, train_file: str, device: torch.device,
     release(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    clock = StepClock(device, job.warm_steps, job.timed_steps, profiled)
+    clock = StepClock(device, job.warm_steps, job.timed_steps, profiled, sync_debug=job.sync_debug)
     trainer = Trainer(model, tokenizer, [BiEncoderJsonFile(train_file)],
                       _train_config(job, job.batch_size, steps, precision, str(device), min(job.warm_steps, 10)), out_dir,
                       dist_info=dist_info, on_step=clock)
@@ -189,13 +215,16 @@ def measure_training(job, settings: dict, train_file: str, device: torch.device,
     try:
         result = trainer.train()
     finally:
+        clock._watch_syncs(False)  # a run that failed inside the window leaves no warning mode behind
         clock.stop()
     memory, memory_kind = peak_memory_gb(device)
     step_s = clock.timed_seconds / job.timed_steps
     questions = job.batch_size * dist_info.world_size
     figures = TrainFigures(steps=result.steps, timed_steps=job.timed_steps, step_s=step_s, steps_per_s=1.0 / step_s,
                            questions_per_s=questions / step_s, peak_memory_gb=memory, memory_kind=memory_kind, gpu_busy=clock.gpu_busy,
-                           last_loss=float(result.history[-1]["loss"]))
+                           last_loss=float(result.history[-1]["loss"]),
+                           sync_warnings=None if clock.sync_warnings is None else len(clock.sync_warnings),
+                           sync_sites=None if clock.sync_warnings is None else sorted(set(clock.sync_warnings))[:5])
     log.info("trained %d steps: %.2f steps/s, %.1f questions/s, peak %.2f GB (%s), GPU busy %s", result.steps, figures.steps_per_s,
              figures.questions_per_s, memory, memory_kind, "n/a" if clock.gpu_busy is None else f"{clock.gpu_busy:.0%}")
     del trainer
