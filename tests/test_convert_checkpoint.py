@@ -12,8 +12,8 @@ tensors or settings at fault, with nothing written.
   against this library's reader only.
 
 Reference inputs are built as DPR and TASER build them (`dpr_inputs`: a titled passage is the pair
-`tokenizer.encode(title, text_pair=text, truncation=True)`, token type ids all zero), not with
-this library's tokenisation.
+`tokenizer.encode(title, text_pair=text, truncation=True)` of their slow tokenizer, written out in
+`dpr_reference`; token type ids all zero), not with this library's tokenisation.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, tiny_bert_config, tiny_model_cfg
+from dpr_reference import dpr_ids
 from safetensors.torch import load_file, save_file
 
 from taser.data.passages import Passage
@@ -53,13 +54,12 @@ def passage_strings(tokenizer) -> list[str]:
 
 def dpr_inputs(tokenizer, side: str, passages=PASSAGES, max_length: int = 512):
     """(input_ids, attention_mask) as DPR's and TASER's `text_to_tensor` build them: a question
-    alone, a titled passage as the pair (title, text) truncated longest-first, an untitled one
-    alone; padded right. (Token type ids: all zero, the encoders' default.)"""
+    alone, a titled passage as the pair (title, text) truncated longest-first by their slow
+    tokenizer's rule (`dpr_reference`), an untitled one alone; padded right. (Token type ids: all zero, the encoders' default.)"""
     if side == "question":
         rows = [tokenizer.encode(q, truncation=True, max_length=max_length) for q in QUESTIONS]
     else:
-        rows = [tokenizer.encode(title, text_pair=text, truncation=True, max_length=max_length) if title
-                else tokenizer.encode(text, truncation=True, max_length=max_length) for title, text in passages]  # fmt: skip
+        rows = [dpr_ids(tokenizer, title, text, max_length) for title, text in passages]
     longest = max(map(len, rows))
     ids = torch.tensor([row + [tokenizer.pad_token_id] * (longest - len(row)) for row in rows])
     mask = torch.tensor([[1] * len(row) + [0] * (longest - len(row)) for row in rows])

@@ -141,16 +141,19 @@ def one_thread():
 
 @pytest.mark.slow
 def test_dry_run_through_the_library(tmp_path, one_thread):
+    from taser.runtime import resolve_precision
+
     results = run_gpu_check(GpuCheckJob(out_dir=str(tmp_path), **DRY))
     written = json.loads((tmp_path / "results.json").read_text())
     assert results["passed"] and written["passed"] and written["failures"] == []
-    assert written["precision"] == "fp32" and written["precision_requested"] == "auto" and written["hardware"]["device"] == "cpu"
+    expected = resolve_precision("auto", "cpu")  # what this CPU trains in: bf16 where it is native, else fp32
+    assert written["precision"] == expected and written["precision_requested"] == "auto" and written["hardware"]["device"] == "cpu"
     [setup] = written["setups"]
     assert [(r["model"], r["size"]) for r in setup["runs"]] == [("dpr", "tiny"), ("taser", "tiny")]
     for run in setup["runs"]:
         assert "error" not in run
         check = run["check"]
-        assert check["passed"] and check["precision"] == "fp32" and check["relative_difference"] <= check["tolerance"]
+        assert check["passed"] and check["precision"] == expected and check["relative_difference"] <= check["tolerance"]
         assert math.isfinite(check["device_loss"]) and check["device_loss"] > 0
         _finite_positive(run["train"], ("steps_per_s", "questions_per_s", "peak_memory_gb", "step_s"))
         assert run["train"]["gpu_busy"] is None and run["train"]["memory_kind"] == "peak RSS"  # n/a on the CPU
@@ -158,7 +161,7 @@ def test_dry_run_through_the_library(tmp_path, one_thread):
         assert run["encode"]["passages"] == 32 and run["parameters"] > 0
     text = (tmp_path / "results.md").read_text()
     assert text.startswith("# GPU check: PASSED") and "| dpr | tiny |" in text and "| taser | tiny |" in text
-    assert "**fp32**" in text and "n/a" in text and written["machine"] in text
+    assert f"**{expected}**" in text and "n/a" in text and written["machine"] in text
     if peers_installed():
         _finite_positive(setup["peers"]["tiny"], ("passages_per_s", "questions_per_s"))
         assert "sentence-transformers" in text and setup["peers_note"] is None

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_model_cfg
+from dpr_reference import dpr_ids as reference_ids
+from dpr_reference import slow_truncate_longest_first
 from transformers import AutoModel, BertConfig
 
 from taser.data.passages import Passage
@@ -32,28 +34,9 @@ LONG_TITLE = " ".join(["The Very Long Title of a Wikipedia Article about the His
 LONG_TEXT = "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a region in France. " * 3
 
 
-def slow_truncate_longest_first(ids: list[int], pair_ids: list[int], num_tokens_to_remove: int) -> tuple[list[int], list[int]]:
-    """transformers 4.x's `PreTrainedTokenizerBase.truncate_sequences` with `longest_first`, the loop
-    the slow `BertTokenizer` that DPR and TASER call runs (written from its code)."""
-    for _ in range(num_tokens_to_remove):
-        if pair_ids is None or len(ids) > len(pair_ids):
-            ids = ids[:-1]
-        else:
-            pair_ids = pair_ids[:-1]
-    return ids, pair_ids
-
-
 def dpr_ids(tokenizer, title: str, text: str, max_length: int) -> list[int]:
-    """DPR's and TASER's `text_to_tensor(text, title)` (before padding): the slow tokenizer's
-    `encode(title, text_pair=text, truncation=True, max_length=...)`: each side tokenised alone,
-    the pair truncated by the loop above, then `[CLS] title [SEP] text [SEP]`."""
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    if title:
-        first = tokenizer(title, add_special_tokens=False)["input_ids"]
-        second = tokenizer(text.strip(), add_special_tokens=False)["input_ids"]
-        first, second = slow_truncate_longest_first(first, second, max(0, len(first) + len(second) + 3 - max_length))
-        return [cls] + first + [sep] + second + [sep]
-    return tokenizer.encode(text.strip(), truncation=True, max_length=max_length)
+    """DPR's and TASER's `text_to_tensor(text, title)` (before padding), with their slow tokenizer."""
+    return reference_ids(tokenizer, title, text.strip(), max_length)
 
 
 def test_longest_first_equals_the_slow_tokenizers_loop():
