@@ -140,3 +140,45 @@ def _with_scaler(loop):
 def _nan_loss(stats):
     stats.loss_sum = stats.loss_sum * float("nan")
     return stats
+
+
+def test_a_resumed_fp16_run_restores_its_gradient_scalers_scale(tiny_pretrained, tokenizer, mini_squad, tmp_path, monkeypatch):
+    """Would catch the checkpoint dropping the gradient scaler's state (or a resume not loading it):
+    the resumed run would start again from the initial scale, not the one its checkpoint saved."""
+    scalers = []
+
+    def set_up_with_scaler(self, real=Trainer._set_up):
+        loop = real(self)
+        loop.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=1)  # as fp16 on a GPU; doubles after each good step
+        scalers.append(loop.scaler)
+        return loop
+
+    restored = []
+
+    def resume_and_look(self, loop, real=Trainer._resume):
+        step = real(self, loop)
+        restored.append((step, loop.scaler.get_scale()))
+        return step
+
+    monkeypatch.setattr(Trainer, "_set_up", set_up_with_scaler)
+    monkeypatch.setattr(Trainer, "_resume", resume_and_look)
+    straight = _trainer(tiny_pretrained, tokenizer, mini_squad, tmp_path / "straight", max_steps=4, save_every=2).train()
+    assert not any(r.get("skipped") for r in straight.history) and scalers[-1].get_scale() == 2.0**12  # 4 good steps: 2^8 doubled 4 times
+
+    killed = _trainer(tiny_pretrained, tokenizer, mini_squad, tmp_path / "killed", max_steps=4, save_every=2)
+
+    def killed_after_step_2(step, record):
+        if step == 2:  # after the checkpoint of step 2
+            raise KeyboardInterrupt
+
+    killed.on_step = killed_after_step_2
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    saved = torch.load(tmp_path / "killed" / "checkpoint" / STATE_FILE, weights_only=False)
+    assert saved["step"] == 2 and saved["scaler"] is not None and saved["scaler"]["scale"] == 2.0**10
+    resumed = _trainer(tiny_pretrained, tokenizer, mini_squad, tmp_path / "killed", max_steps=4, save_every=2, resume=True).train()
+    assert restored[-1] == (2, 2.0**10)  # the saved scale, not the initial 2^8
+    assert resumed.steps == 4 and scalers[-1].get_scale() == 2.0**12  # ends where the uninterrupted run ended
+    assert torch.load(tmp_path / "killed" / "checkpoint" / STATE_FILE, weights_only=False)["scaler"]["scale"] == 2.0**12
+    a, b = load_file(str(tmp_path / "straight" / "final" / "model.safetensors")), load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
