@@ -68,7 +68,7 @@ def _questions_per_s(questions: int, seconds: float) -> float:
 
 
 def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precision: str = "auto", device: str = "auto",
-                backend: str = "torch") -> Path:
+                backend: str = "torch", chunk_size: int = 10_000) -> Path:
     """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
     this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built."""
     from taser.models.backends import backend_record, recorded_backend, resolve_backend, vectors_precision
@@ -102,7 +102,8 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     manifest = shard_dir(embeddings, 0, 1) / "manifest.json"
     if manifest.is_file() and not made_here(json.loads(manifest.read_text())):
         shutil.rmtree(embeddings)  # left by a killed run over another checkpoint or passages file: this directory is the stage's scratch
-    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, backend=backend)
+    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, backend=backend,
+                  chunk_size=chunk_size)
     similarity = read_checkpoint_config(checkpoint)[0].similarity
     build_index(embeddings, index_dir, IndexConfig("flat", metric_for(similarity)))
     shutil.rmtree(embeddings)

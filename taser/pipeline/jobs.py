@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -20,6 +21,7 @@ from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.pretrained import resolve_pretrained
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever, RetrieverSettings
+from taser.pipeline.table import ExperimentJob
 from taser.precision import Precision
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
@@ -251,6 +253,43 @@ class ConvertJob:
         check_arguments(self.conversion, self.ctx_source, self.base_model, self.max_length, self.allow_pickle, self.target_transformers)
 
 
+@dataclass
+class DownloadJob:
+    resource: Any = None  # a resource name (taser.data.resources, DPR's names, e.g. data.retriever.nq-train) or a list of them
+    table: str | None = None  # also every resource this table names (configs/table/<table>.yaml: table.data.resources)
+    data_dir: str = "data/downloads"
+    list_resources: bool = False  # print the resources there are, and where each lands
+    progress: bool = True
+
+    def __post_init__(self):
+        from taser.data.resources import resource
+
+        if self.resource is None:
+            self.resource = []
+        elif isinstance(self.resource, str):
+            self.resource = [self.resource]
+        else:
+            self.resource = [str(r) for r in self.resource]
+        for name in self.resource:
+            resource(name)  # an unknown name is refused here, listing the known ones
+        if not (self.resource or self.table or self.list_resources):
+            raise ValueError("name what to fetch: resource=<name> (list_resources=true shows them) or table=<a table of configs/table/>")
+
+    def names(self) -> list[str]:
+        names = list(self.resource)
+        if self.table:
+            import yaml
+
+            from taser.cli import CONFIG_DIR
+
+            path = os.path.join(CONFIG_DIR, "table", f"{self.table}.yaml")
+            if not os.path.isfile(path):
+                raise ValueError(f"unknown table {self.table!r}: no {path}")
+            with open(path, encoding="utf-8") as f:
+                names += [n for n in yaml.safe_load(f)["table"]["data"].get("resources", []) if n not in names]
+        return names
+
+
 SCHEMAS = {
     "train_job": TrainJob,
     "encode_job": EncodeJob,
@@ -261,4 +300,6 @@ SCHEMAS = {
     "demo_job": DemoJob,
     "report_job": ReportJob,
     "convert_job": ConvertJob,
+    "experiment_job": ExperimentJob,
+    "download_job": DownloadJob,
 }

@@ -1,0 +1,22 @@
+"""One (row, seed) of a paper's table per job; `-m` runs the table's sweep (see configs/experiment.yaml).
+
+    python scripts/experiment.py -m table=squad_cpu
+    python scripts/experiment.py table=squad_cpu row=dpr seed=2
+"""
+
+import hydra
+
+from taser.cli import CONFIG_DIR, setup_logging, typed
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="experiment", version_base="1.3")
+def main(cfg) -> None:
+    setup_logging()
+    job = typed(cfg)  # a typo in a row's name is refused here, before anything loads
+    from taser.pipeline.rows import run_row
+
+    run_row(job)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""One row of a table at one seed: its chain of stages (data, BM25 index, negatives, training,
+encoding and index, evaluation), each found in the stage store when another row, seed or job made
+it with the same settings and inputs (`taser.pipeline.stages`), else built there; then the row's
+`results.json` and `per_query.jsonl` (where `scripts/report.py` finds them) and `experiment.json`
+(the composed settings, the commit, the machine, each stage's key and time) in the job's directory.
+
+Rows without training (BM25, zero-shot) do not depend on the seed: their stages are shared by every
+seed, and only the table's first seed writes their results (the report counts them once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from taser.evaluation.per_query import PER_QUERY_FILE
+from taser.evaluation.runs import RESULTS_FILE
+from taser.io import atomic_open
+from taser.pipeline.stages import Stage, StageStore, file_identity
+from taser.pipeline.table import DataKind, ExperimentJob, Negatives, RowKind, RowSpec, TableSpec
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT_FILE = "experiment.json"
+# training settings that do not change the trained weights: left out of the training stage's key
+NOT_IN_TRAIN_KEY = ("progress", "log_every", "save_every", "resume", "tensorboard", "loader_workers", "device", "name", "eval_every",
+                    "val_max_questions", "val_batch_size")
+
+
+class MissingData(FileNotFoundError):
+    """A table's data file is not in data_dir: the message names the download command."""
+
+
+class RowRun:
+    """The stages of one (table, row, seed), in a store; each method returns its stage."""
+
+    def __init__(self, job: ExperimentJob, store: StageStore | None = None):
+        self.job, self.table = job, job.table
+        self.store = store or StageStore(job.stages_dir)
+        self.stages: list[tuple[str, Stage]] = []
+        self._data: dict | None = None
+
+    def _run(self, label: str, kind: str, settings: dict, inputs: dict, build) -> Stage:
+        stage = self.store.run(kind, settings, inputs, build)
+        if all(s.key != stage.key for _, s in self.stages):
+            self.stages.append((label, stage))
+        return stage
+
+    # -- data ----------------------------------------------------------------------------
+    def data(self) -> dict:
+        """{passages, train_files, qa_file} and their identities (the inputs of later stages)."""
+        if self._data is not None:
+            return self._data
+        spec = self.table.data
+        if spec.kind == DataKind.squad:
+            squad = file_identity(spec.squad_json)
+            from taser.data.squad import convert_squad
+
+            stage = self._run("data", "squad", {"train_articles": spec.train_articles}, {"squad": squad},
+                              lambda d: convert_squad(spec.squad_json, d, train_articles=spec.train_articles))
+            files = {"passages": stage.dir / "passages.tsv", "train_files": [stage.dir / "train.json"], "qa_file": stage.dir / "dev.qa.tsv"}
+        else:
+            root = Path(spec.data_dir)
+            files = {"passages": root / spec.passages, "train_files": [root / f for f in spec.train_files], "qa_file": root / spec.qa_file}
+            missing = [p for p in [files["passages"], files["qa_file"], *files["train_files"]] if not p.is_file()]
+            if missing:
+                raise MissingData(f"table {self.table.name} needs {', '.join(map(str, missing))}: fetch them with "
+                                  f"python scripts/download.py {' '.join('resource=' + r for r in spec.resources) or 'resource=<name>'} "
+                                  f"data_dir={spec.data_dir}")
+        if spec.limit_questions:
+            from taser.data.qa import read_qa, write_qa
+
+            source = files["qa_file"]
+            stage = self._run("questions", "qa-subset", {"first": spec.limit_questions}, {"qa": file_identity(source)},
+                              lambda d: write_qa(d / "questions.qa.tsv", list(read_qa(source))[: spec.limit_questions]))
+            files["qa_file"] = stage.dir / "questions.qa.tsv"
+        self._data = {**files, "ids": {"passages": file_identity(files["passages"]), "qa": file_identity(files["qa_file"])}}
+        return self._data
+
+    # -- BM25 ----------------------------------------------------------------------------
+    def bm25(self) -> dict:
+        """The table's BM25 settings with `index_dir`: the index of the passages, built once."""
+        from taser.retrieval.bm25 import BM25Index, BM25Settings
+
+        settings = BM25Settings.from_dict(self.table.evaluate.bm25)
+        data = self.data()
+        described = settings.describe()
+        stage = self._run("BM25 index", "bm25-index", described, {"passages": data["ids"]["passages"]},
+                          lambda d: BM25Index.build(data["passages"], d / "index", backend=str(settings.backend), k1=settings.k1, b=settings.b,
+                                                    threads=settings.threads).close())
+        return {**self.table.evaluate.bm25, "index_dir": str(stage.dir / "index"), "_key": stage.key}
+
+    # -- training ------------------------------------------------------------------------
+    def train_files(self, row: RowSpec, seed: int) -> tuple[list[str], list]:
+        """The row's training files and their identities: mined negatives when the row asks for them."""
+        from taser.pipeline.mine import mine_negatives
+
+        data, ev = self.data(), self.table.evaluate
+        sources = [Path(self.table.data.data_dir) / f for f in row.train_files] if row.train_files else data["train_files"]
+        if row.negatives == Negatives.given:
+            return [str(p) for p in sources], [file_identity(p) for p in sources]
+        files, ids = [], []
+        for source in sources:
+            mine = {"top_n": ev.mine_top_n, "negatives": ev.mine_negatives, "match": ev.match}
+            inputs = {"train": file_identity(source), "passages": data["ids"]["passages"]}
+            if row.negatives == Negatives.bm25:
+                bm25 = self.bm25()
+                inputs["bm25"] = bm25["_key"]
+                args = {"retriever": "bm25", "bm25": {k: v for k, v in bm25.items() if k != "_key"}}
+            else:  # dense: mined with the `uses` row's model at this seed, and its index
+                uses = self.table.rows[row.uses]
+                checkpoint, index = self.trained(uses, seed), self.dense_index(uses, seed)
+                inputs.update(checkpoint=checkpoint.key, index=index.key)
+                args = {"retriever": "dense", "checkpoint": str(checkpoint.dir / "final"), "index": str(index.dir / "index"),
+                        "precision": ev.precision, "device": ev.device}
+            stage = self._run("negatives", f"negatives-{args['retriever']}", mine, inputs,
+                              lambda d, s=source, a=args: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
+                                                                         num_hard_negatives=ev.mine_negatives, match=ev.match,
+                                                                         progress=self.job.progress, **a))
+            files.append(str(stage.dir / "train.json"))
+            ids.append(stage.key)
+        return files, ids
+
+    def model_settings(self, row: RowSpec) -> dict:
+        return {**self.table.model, **row.model}
+
+    def train_settings(self, row: RowSpec, seed: int) -> dict:
+        return {**self.table.train, **row.train, "seed": seed, "name": row.name}
+
+    def trained(self, row: RowSpec, seed: int) -> Stage:
+        """The row's trained model at `seed` (resumed from its last checkpoint after a kill)."""
+        from taser.pipeline.train import run_training
+        from taser.runtime import resolve_precision
+        from taser.training.config import TrainConfig
+
+        files, ids = self.train_files(row, seed)
+        model, train = self.model_settings(row), self.train_settings(row, seed)
+        cfg = TrainConfig.from_value(train)
+        key_settings = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_TRAIN_KEY}
+        key_settings["precision"] = resolve_precision(str(cfg.precision), cfg.device)  # auto: what this machine trains in
+        run = {**train, "resume": True, "progress": self.job.progress}
+        processes = self.processes()
+        key_settings["world_size"] = processes  # the global batch is batch_size x processes
+
+        def build(d: Path) -> None:
+            if processes > 1:
+                train_under_torchrun(model, files, run, d, processes)
+            else:
+                run_training(model, files, run, d)
+            shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
+
+        return self._run(f"train {row.name}", "train", {"model": model, "train": key_settings}, {"train_files": ids}, build)
+
+    def processes(self) -> int:
+        if self.job.processes is not None:
+            return self.job.processes
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() and torch.cuda.device_count() > 1 else 1
+
+    def initial(self, row: RowSpec) -> Stage:
+        from taser.pipeline.experiment import save_initial
+
+        model = self.model_settings(row)
+        return self._run(f"initial {row.name}", "initial", {"model": model}, {}, lambda d: save_initial(model, d))
+
+    def checkpoint(self, row: RowSpec, seed: int) -> tuple[Stage, str]:
+        if row.kind == RowKind.zero_shot:
+            stage = self.initial(row)
+            return stage, str(stage.dir / "initial")
+        stage = self.trained(row, seed)
+        return stage, str(stage.dir / "final")
+
+    def dense_index(self, row: RowSpec, seed: int) -> Stage:
+        """The row's passages encoded (resumably) into a flat index."""
+        from taser.models.backends import vectors_precision
+        from taser.pipeline.evaluate import dense_index
+        from taser.runtime import pick_device
+
+        ev, data = self.table.evaluate, self.data()
+        model, checkpoint = self.checkpoint(row, seed)
+        settings = {"precision": vectors_precision("torch", ev.precision, pick_device(ev.device)), "backend": "torch"}
+        return self._run(f"index {row.name}", "dense-index", settings, {"checkpoint": model.key, "passages": data["ids"]["passages"]},
+                         lambda d: dense_index(checkpoint, data["passages"], d, min(ev.batch_size, 64), ev.precision, ev.device,
+                                               chunk_size=ev.chunk_size))
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, row: RowSpec, seed: int) -> Stage:
+        from taser.pipeline.evaluate import evaluate_bm25, evaluate_dense, evaluate_hybrid
+
+        ev, data = self.table.evaluate, self.data()
+        common = {"qa_file": data["qa_file"], "passages_tsv": data["passages"], "k": ev.k, "match": ev.match, "dataset": self.table.data.dataset,
+                  "name": row.name}
+        settings = {"k": ev.k, "match": ev.match, "dataset": self.table.data.dataset, "name": row.name, "kind": str(row.kind)}
+        inputs = {"qa": data["ids"]["qa"], "passages": data["ids"]["passages"]}
+        if row.kind == RowKind.bm25:
+            bm25 = self.bm25()
+            inputs["bm25"] = bm25.pop("_key")
+            return self._run("evaluate", "evaluate", settings, inputs, lambda d: evaluate_bm25(out_dir=d, bm25=bm25, **common))
+        dense_row = self.table.rows[row.uses] if row.kind == RowKind.hybrid else row
+        model, checkpoint = self.checkpoint(dense_row, seed)
+        index = self.dense_index(dense_row, seed)
+        inputs.update(checkpoint=model.key, index=index.key)
+        dense = {"batch_size": ev.batch_size, "precision": ev.precision, "device": ev.device}
+        if row.kind == RowKind.hybrid:
+            bm25 = self.bm25()
+            inputs["bm25"] = bm25.pop("_key")
+            return self._run("evaluate", "evaluate", settings, inputs,
+                             lambda d: evaluate_hybrid(checkpoint, index.dir / "index", out_dir=d, bm25=bm25, **dense, **common))
+        return self._run("evaluate", "evaluate", settings, inputs, lambda d: evaluate_dense(checkpoint, index.dir / "index", out_dir=d, **dense, **common))
+
+
+def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, processes: int) -> None:
+    """The training stage on `processes` GPUs of this machine: torchrun, one rank each."""
+    import sys
+
+    spec = out / "torchrun-spec.json"
+    spec.write_text(json.dumps({"model": model, "train_files": files, "train": train, "output_dir": str(out)}, default=str))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", "taser.pipeline.train_worker",
+               str(spec)]
+    log.info("training on %d processes: %s", processes, " ".join(command))
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"training under torchrun failed (exit {done.returncode}); its ranks' logs are above; rerun the same command "
+                           f"to continue from the last checkpoint in {out}")
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
+    """Run (or find) every stage of `job.row` at `job.seed`; write the row's files into `job.out_dir`."""
+    from taser.runtime import describe_hardware
+
+    start = time.perf_counter()
+    table: TableSpec = job.table
+    row = table.row(job.row)
+    run = RowRun(job, store)
+    evaluated = run.evaluate(row, job.seed)
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    first_seed = min(table.seeds)
+    writes_results = row.seeded or job.seed == first_seed
+    record = {
+        "table": table.name, "row": job.row, "name": row.name, "seed": job.seed if row.seeded else None, "dataset": table.data.dataset,
+        "reference": row.reference, "reference_source": table.reference_source, "commit": _commit(), "machine": describe_hardware(),
+        "seconds": time.perf_counter() - start, "job": asdict(job),
+        "stages": [{"stage": label, "key": s.key, "dir": str(s.dir), "built": s.built, "seconds": round(s.seconds, 3)} for label, s in run.stages],
+    }  # fmt: skip
+    if writes_results:
+        shutil.copyfile(evaluated.dir / PER_QUERY_FILE, out / f".{PER_QUERY_FILE}.tmp")
+        (out / f".{PER_QUERY_FILE}.tmp").replace(out / PER_QUERY_FILE)
+        results = json.loads((evaluated.dir / RESULTS_FILE).read_text())
+        results["reference"] = row.reference  # the paper's figures for this row, beside what it reached
+        with atomic_open(out / RESULTS_FILE) as f:
+            json.dump(results, f, indent=2)
+    else:
+        record["results"] = f"a row without training reports once, with the table's first seed ({first_seed})"
+    with atomic_open(out / EXPERIMENT_FILE) as f:
+        json.dump(record, f, indent=2, default=str)
+    built = [label for label, s in run.stages if s.built]
+    log.info("%s / %s, seed %s: %d stages (%d built now: %s) in %.0f s -> %s", table.name, job.row, job.seed, len(run.stages), len(built),
+             ", ".join(built) or "none", record["seconds"], out)
+    return record

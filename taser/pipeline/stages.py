@@ -1,0 +1,151 @@
+"""Stage outputs addressed by what produces them: a store where each stage's directory is named by a
+key derived from the settings and inputs that determine it.
+
+`StageStore.run(kind, settings, inputs, build)` returns the directory of that stage, building it
+only when it is not done: another row (or seed, or job) that asks for the same stage with the same
+settings and inputs finds it. A stage is done when its `stage.json` exists; `build` works in the
+stage's own directory and `stage.json` is written last, so a killed build is never taken as done,
+and the next run calls `build` again in the same directory (a resumable stage, training or
+encoding, continues where it stopped). Two processes that need one stage at once do not both build
+it: the first takes the stage's lock (a file created exclusively, which also works on a shared
+file system), the others wait for it and then find the stage done.
+
+Keys: `stage_key(kind, settings, inputs)` hashes the settings (JSON, sorted keys) and the inputs: an
+upstream stage's key, or a file's identity (name, size and a hash of its first and last MiB, as the
+embeddings manifests identify a passages file). Settings that do not change the output (where it
+is written, logging, progress bars) are left out by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from taser.io import atomic_open
+
+log = logging.getLogger(__name__)
+
+DONE_FILE = "stage.json"
+LOCK_SUFFIX = ".lock"
+
+
+def file_identity(path: str | os.PathLike) -> dict:
+    """What tells one data file from another without reading it all: name, size, first and last MiB."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    size = path.stat().st_size
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        digest.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        digest.update(f.read(1 << 20))
+    return {"file": path.name, "size": size, "head_tail_sha1": digest.hexdigest()}
+
+
+def stage_key(kind: str, settings: dict, inputs: dict) -> str:
+    """`<kind>-<16 hex digits>` of the settings and inputs (a changed setting gives a new key)."""
+    text = json.dumps({"kind": kind, "settings": settings, "inputs": inputs}, sort_keys=True, default=str)
+    return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+@dataclass
+class Stage:
+    key: str
+    dir: Path
+    built: bool  # built by this call (False: found done)
+    seconds: float  # this call's time on it (building, or waiting for another process's build)
+
+    @property
+    def record(self) -> dict:
+        return json.loads((self.dir / DONE_FILE).read_text())
+
+
+class StageStore:
+    def __init__(self, root: str | os.PathLike, poll_s: float = 2.0, stale_after_s: float | None = None):
+        self.root = Path(root)
+        self.poll_s = poll_s
+        self.stale_after_s = stale_after_s  # a lock older than this, whose holder cannot be checked, is taken over (None: never)
+
+    def dir(self, key: str) -> Path:
+        return self.root / key
+
+    def done(self, key: str) -> bool:
+        return (self.dir(key) / DONE_FILE).is_file()
+
+    def run(self, kind: str, settings: dict, inputs: dict, build: Callable[[Path], None]) -> Stage:
+        """The stage's directory, built by `build(directory)` unless it is done (see the module notes)."""
+        key = stage_key(kind, settings, inputs)
+        directory = self.dir(key)
+        start = time.perf_counter()
+        if self.done(key):
+            log.info("stage %s: done already (%s)", key, directory)
+            return Stage(key, directory, False, 0.0)
+        with self._lock(key):
+            if self.done(key):  # another process built it while this one waited
+                return Stage(key, directory, False, time.perf_counter() - start)
+            directory.mkdir(parents=True, exist_ok=True)
+            log.info("stage %s: building in %s", key, directory)
+            build(directory)
+            seconds = time.perf_counter() - start
+            with atomic_open(directory / DONE_FILE) as f:
+                json.dump({"key": key, "kind": kind, "settings": settings, "inputs": inputs, "seconds": seconds,
+                           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f, indent=2, default=str)
+        return Stage(key, directory, True, seconds)
+
+    def _lock(self, key: str):
+        return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s)
+
+
+class _FileLock:
+    """A lock file created exclusively (O_EXCL), holding its owner's host and pid. A lock left by a
+    dead process on this host is taken over; on another host, after `stale_after_s` if set."""
+
+    def __init__(self, path: Path, poll_s: float, stale_after_s: float | None):
+        self.path, self.poll_s, self.stale_after_s = path, poll_s, stale_after_s
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        waited = False
+        while True:
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if self._stale():
+                    log.warning("taking over the stale lock %s", self.path)
+                    self.path.unlink(missing_ok=True)
+                    continue
+                if not waited:
+                    log.info("waiting for %s (another process is building this stage)", self.path)
+                    waited = True
+                time.sleep(self.poll_s)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}, f)
+            return self
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+        return False
+
+    def _stale(self) -> bool:
+        try:
+            owner = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False  # being written, or just removed
+        if owner.get("host") == socket.gethostname():
+            try:
+                os.kill(int(owner["pid"]), 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+            return False
+        return self.stale_after_s is not None and time.time() - float(owner.get("since", 0)) > self.stale_after_s

@@ -1,0 +1,141 @@
+"""A paper's table as settings (`configs/table/<name>.yaml`): its data, the settings every row shares,
+and its rows, each a chain of stages with its own settings and the figures the paper reports for it.
+`scripts/experiment.py` runs one (row, seed) per job; a table's sweep (`-m`) runs them all. No torch
+here: a typo in a row's name is refused in a second, before anything loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from taser.choice import Choice
+
+
+class RowKind(Choice):
+    trained = "trained"  # train (on BM25 or dense-mined negatives), encode, index, evaluate dense retrieval
+    zero_shot = "zero_shot"  # the untrained model: encode, index, evaluate
+    bm25 = "bm25"  # BM25 alone
+    hybrid = "hybrid"  # BM25 fused with the trained model of the row named in `uses`
+
+
+class Negatives(Choice):
+    bm25 = "bm25"  # BM25's top passages without an answer, mined once for the table
+    dense = "dense"  # mined with the trained model of the row named in `uses` (same seed)
+    given = "given"  # the training files' own hard negatives (DPR's files carry BM25's)
+
+
+class DataKind(Choice):
+    squad = "squad"  # a SQuAD JSON split into the shipped protocol (passages, training and evaluation questions)
+    files = "files"  # DPR's files under data_dir (fetched with scripts/download.py)
+
+
+@dataclass
+class RowSpec:
+    name: str = MISSING  # the system's name in results.json and the report
+    kind: RowKind = RowKind.trained
+    model: dict[str, Any] = field(default_factory=dict)  # over the table's model settings
+    train: dict[str, Any] = field(default_factory=dict)  # over the table's training settings
+    negatives: Negatives = Negatives.bm25
+    uses: str | None = None  # hybrid, negatives=dense: the row whose trained model (at the same seed) it uses
+    train_files: list[str] | None = None  # data kind files: this row's training files (multi-set) instead of the table's
+    reference: dict[str, float | None] = field(default_factory=dict)  # the paper's figures, e.g. {"top20": 78.4}; {}: not reported
+
+    def __post_init__(self):
+        self.kind = RowKind.parse(self.kind, "row.kind")
+        self.negatives = Negatives.parse(self.negatives, "row.negatives")
+
+    @property
+    def seeded(self) -> bool:
+        return self.kind in (RowKind.trained, RowKind.hybrid)
+
+
+@dataclass
+class DataSpec:
+    kind: DataKind = DataKind.squad
+    dataset: str = "SQuAD"  # the dataset's name in results.json and the report
+    squad_json: str | None = None  # kind squad
+    train_articles: int = 30  # kind squad: the first N articles train, the rest evaluate
+    limit_questions: int | None = None  # evaluate only the first N questions (smoke runs)
+    data_dir: str = "data/downloads"  # kind files: where scripts/download.py puts the resources
+    train_files: list[str] = field(default_factory=list)  # kind files: names under data_dir (bi-encoder JSON)
+    qa_file: str | None = None  # kind files: the evaluation questions (QA TSV) under data_dir
+    passages: str | None = None  # kind files: the passages TSV under data_dir
+    resources: list[str] = field(default_factory=list)  # what scripts/download.py fetches for this table
+
+    def __post_init__(self):
+        self.kind = DataKind.parse(self.kind, "table.data.kind")
+        if self.kind == DataKind.squad and not self.squad_json:
+            raise ValueError("table.data.squad_json is needed for data kind squad")
+        if self.kind == DataKind.files and not (self.train_files and self.qa_file and self.passages):
+            raise ValueError("table.data: kind files needs train_files, qa_file and passages (names under data_dir)")
+
+
+@dataclass
+class EvaluateSpec:
+    k: int = 100
+    match: str = "string"  # regex for CuratedTREC
+    batch_size: int = 128
+    precision: str = "auto"  # encoding precision (auto: from the hardware)
+    device: str = "auto"
+    bm25: dict[str, Any] = field(default_factory=lambda: {"backend": "pyserini", "k1": 0.9, "b": 0.4})
+    chunk_size: int = 10_000  # passages encoded per file: a killed encoding continues from the last whole one
+    mine_top_n: int = 100  # mined negatives: from the first N passages without an answer
+    mine_negatives: int = 30
+
+
+@dataclass
+class TableSpec:
+    name: str = MISSING
+    title: str = MISSING
+    reference_source: str = ""  # where the reference figures come from (paper, table)
+    data: DataSpec = MISSING
+    model: dict[str, Any] = field(default_factory=dict)  # every row's model settings (taser.models.settings.ModelSettings)
+    train: dict[str, Any] = field(default_factory=dict)  # every trained row's settings (taser.training.config.TrainConfig)
+    evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # must equal the sweep's seeds (hydra.sweeper.params.seed)
+    rows: dict[str, RowSpec] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if isinstance(self.data, dict):
+            self.data = DataSpec(**self.data)
+        if isinstance(self.evaluate, dict):
+            self.evaluate = EvaluateSpec(**self.evaluate)
+        self.rows = {key: row if isinstance(row, RowSpec) else RowSpec(**row) for key, row in self.rows.items()}
+        if not self.rows:
+            raise ValueError(f"table {self.name} has no rows")
+        if not self.seeds:
+            raise ValueError(f"table {self.name} has no seeds")
+        for key, row in self.rows.items():
+            needs_uses = row.kind == RowKind.hybrid or row.negatives == Negatives.dense
+            if needs_uses and row.uses not in self.rows:
+                raise ValueError(f"table {self.name}, row {key}: uses={row.uses!r} must name another row of the table "
+                                 f"({', '.join(self.rows)}) whose trained model it uses")
+            if needs_uses and self.rows[row.uses].kind != RowKind.trained:
+                raise ValueError(f"table {self.name}, row {key}: uses={row.uses} is not a trained row")
+
+    def row(self, key: str) -> RowSpec:
+        if key not in self.rows:
+            raise ValueError(f"unknown row {key!r} in table {self.name}; its rows: {', '.join(self.rows)}")
+        return self.rows[key]
+
+
+@dataclass
+class ExperimentJob:
+    table: TableSpec = MISSING  # configs/table/<name>.yaml
+    row: str = MISSING  # a key of table.rows (the sweep sets it; on the command line: row=dpr)
+    seed: int = 1  # training seed (rows without training ignore it and report one result)
+    stages_dir: str = "outputs/experiments/stages"  # every stage's output, shared by rows, seeds, jobs and tables
+    out_dir: str = "outputs/experiments/run"  # this job's results.json, per_query.jsonl and experiment.json (the sweep sets it)
+    progress: bool = False
+    # training processes (torchrun, one per GPU) of this job; null: every visible GPU when there are several, else 1.
+    # train.batch_size is per process, as under torchrun.
+    processes: int | None = None
+
+    def __post_init__(self):
+        if self.processes is not None and self.processes < 1:
+            raise ValueError(f"processes must be >= 1 or null (one per visible GPU), got {self.processes}")
+        if isinstance(self.table, dict):
+            self.table = TableSpec(**self.table)
+        self.table.row(self.row)  # a typo is refused here, before anything loads

@@ -1,0 +1,128 @@
+"""scripts/download.py's fetching (`taser.pipeline.download`), against fixture files served on the
+loopback by a server that honours Range requests and can cut a response short: a cut download
+resumes from its bytes; a wrong checksum is refused and the file removed; a checksum unknown to the
+publisher is recorded at the first download and checked after; a gzip file is unpacked; a table's
+missing data is named with the command that fetches it."""
+
+import gzip
+import hashlib
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from taser.data.resources import Resource
+from taser.pipeline.download import PART, ChecksumMismatch, RecordedChecksums, fetch
+
+PAYLOAD = b"".join(f"{i}\t{hashlib.sha1(str(i).encode()).hexdigest()} passage {i}\tTitle {i % 7}\n".encode() for i in range(20_000))  # ~1.3 MB
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+    cut_after: dict[str, int] = {}  # path -> bytes sent before the connection is dropped (once)
+    ranges: list[str | None] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = self.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        wanted = self.headers.get("Range")
+        self.ranges.append(wanted)
+        start = int(wanted.removeprefix("bytes=").split("-")[0]) if wanted else 0
+        if start >= len(body) and wanted:
+            self.send_response(416)
+            self.end_headers()
+            return
+        self.send_response(206 if wanted else 200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        cut = self.cut_after.pop(self.path, None)
+        self.wfile.write(body[start:cut] if cut is not None else body[start:])
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    _Handler.files, _Handler.cut_after, _Handler.ranges = {}, {}, []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", _Handler
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_cut_download_resumes_from_its_bytes(server, tmp_path):
+    base, handler = server
+    handler.files["/psgs.tsv.gz"] = packed = gzip.compress(PAYLOAD)
+    handler.cut_after["/psgs.tsv.gz"] = len(packed) // 3
+    res = Resource("data.wikipedia_split.tiny", f"{base}/psgs.tsv.gz", ".tsv", gzip=True, sha256=sha256(packed))
+    with pytest.raises(Exception):  # noqa: B017 (the connection drops: requests' error, whichever it is)
+        fetch(res, tmp_path, show_progress=False)
+    final = res.path(tmp_path)
+    part = final.parent / ("psgs.tsv.gz" + PART)
+    assert not final.exists() and part.is_file() and 0 < part.stat().st_size < len(packed)  # nothing under the final name
+    kept = part.stat().st_size
+    assert fetch(res, tmp_path, show_progress=False) == final == tmp_path / "data" / "wikipedia_split" / "tiny.tsv"
+    assert final.read_bytes() == PAYLOAD and handler.ranges[-1] == f"bytes={kept}-"  # asked only for the rest
+    assert not part.exists() and not (final.parent / "psgs.tsv.gz").exists()  # the archive is gone once unpacked
+    requests_before = len(handler.ranges)
+    fetch(res, tmp_path, show_progress=False)
+    assert len(handler.ranges) == requests_before  # present: nothing fetched
+
+
+def test_a_wrong_checksum_is_refused_and_the_file_removed(server, tmp_path):
+    base, handler = server
+    handler.files["/nq-test.qa.csv"] = b"who?\t['me']\n"
+    res = Resource("data.retriever.qas.tiny", f"{base}/nq-test.qa.csv", ".csv", sha256="0" * 64)
+    with pytest.raises(ChecksumMismatch, match="does not have the SHA-256 published"):
+        fetch(res, tmp_path, show_progress=False)
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))  # no file left, partial or whole
+
+
+def test_an_unpublished_checksum_is_recorded_then_checked(server, tmp_path):
+    base, handler = server
+    handler.files["/train.json"] = first = json.dumps([{"question": "q"}]).encode()
+    res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json")
+    path = fetch(res, tmp_path, show_progress=False)
+    assert path.read_bytes() == first and RecordedChecksums(tmp_path).get(res) == sha256(first)
+    path.unlink()
+    handler.files["/train.json"] = b"[]"  # the publisher's file changed under the same address
+    with pytest.raises(ChecksumMismatch, match="recorded at its first download"):
+        fetch(res, tmp_path, show_progress=False)
+    assert not path.exists()
+
+
+def test_a_tables_missing_data_names_the_download_command(tmp_path):
+    from conftest import ROOT
+    from hydra import compose, initialize_config_dir
+
+    from taser.cli import CONFIG_DIR, typed
+    from taser.pipeline.rows import MissingData, RowRun
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("experiment", overrides=["table=dpr_nq", "row=dpr", f"table.data.data_dir={tmp_path}", "out_dir=/tmp/unused"])
+    job = typed(cfg)
+    with pytest.raises(MissingData) as error:
+        RowRun(job).data()
+    message = str(error.value)
+    assert "python scripts/download.py" in message and "resource=data.retriever.nq-train" in message and str(tmp_path) in message
+    assert (ROOT / "scripts" / "download.py").is_file()
+
+
+def test_download_settings_refuse_unknown_names():
+    from taser.pipeline.jobs import DownloadJob
+
+    with pytest.raises(ValueError, match="unknown resource 'data.retriever.nq-trian'; known: data.wikipedia_split.psgs_w100"):
+        DownloadJob(resource="data.retriever.nq-trian")
+    assert DownloadJob(table="dpr_nq").names()[:1] and all(isinstance(n, str) for n in DownloadJob(table="dpr_nq").names())
+    assert Path(DownloadJob(resource="data.retriever.nq-train").resource[0]) == Path("data.retriever.nq-train")
