@@ -16,7 +16,10 @@ def main(cfg) -> None:
         for name, res in RESOURCES.items():
             print(f"{name}\t{res.path(job.data_dir)}\t{res.desc}")
         return
-    for name in job.names():
+    names = job.names()
+    if not names:
+        print(f"table {job.table['name']} names no resources to fetch (its data ships with the project)")
+    for name in names:
         print(fetch(name, job.data_dir, job.progress))
 
 

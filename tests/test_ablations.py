@@ -29,12 +29,13 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
             "--records", str(tmp_path / "records")]
     text = script.main(argv)
     runs = tmp_path / "work" / "runs"
-    assert sorted(p.relative_to(runs).as_posix() for p in runs.glob("*/*/eval/results.json")) == [
-        "dpr/seed-1/eval/results.json", "dpr/seed-2/eval/results.json", "taser-t1/seed-1/eval/results.json", "taser-t1/seed-2/eval/results.json"]
-    results = json.loads((runs / "taser-t1" / "seed-2" / "eval" / "results.json").read_text())
+    assert sorted(p.relative_to(runs).as_posix() for p in runs.glob("*/*/results.json")) == [
+        "dpr/seed-1/results.json", "dpr/seed-2/results.json", "taser-t1/seed-1/results.json", "taser-t1/seed-2/results.json"]
+    results = json.loads((runs / "taser-t1" / "seed-2" / "results.json").read_text())
     assert (results["seed"], results["system"]) == (2, "taser T=1")
-    assert (runs / "taser-t1" / "seed-2" / "eval" / "per_query.jsonl").is_file()
-    assert not (runs / "taser-t1" / "seed-2" / "final").exists() and (runs / "dpr" / "seed-2" / "final").is_dir()  # dpr's is kept for later rows
+    assert (runs / "taser-t1" / "seed-2" / "per_query.jsonl").is_file()
+    stages = json.loads((runs / "taser-t1" / "seed-2" / "experiment.json").read_text())["stages"]
+    assert [s["built"] for s in stages if s["stage"] in ("data", "BM25 index", "negatives")] == [False, False, False]  # shared with dpr's pairs
     assert "| system | SQuAD top-1 | SQuAD top-5 | SQuAD top-20 | SQuAD top-100 | seeds | parameters |" in text
     taser_line = next(line for line in text.splitlines() if line.startswith("| taser T=1 |"))
     assert " ± " in taser_line and "| 2 |" in taser_line
@@ -62,8 +63,10 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
     recorded = (records / "dpr" / "seed-1" / "results.json").read_text()
     ran = []
     run_pair = script.run_pair
-    monkeypatch.setattr(script, "run_pair", lambda args, data, row, seed: ran.append((row.key, seed)) or run_pair(args, data, row, seed))
+    monkeypatch.setattr(script, "run_pair", lambda args, row, seed: ran.append((row.key, seed)) or run_pair(args, row, seed))
     script.main(["--rows", "dpr", "taser-t1", "hybrid", *argv[3:]])
-    assert ran == [("dpr", 1), ("hybrid", 1), ("dpr", 2), ("hybrid", 2)]
+    assert ran == [("hybrid", 1), ("hybrid", 2)]
     assert (records / "dpr" / "seed-1" / "results.json").read_text() == recorded
     assert (records / "hybrid" / "seed-2" / "results.json").is_file()
+    stages = json.loads((tmp_path / "work" / "runs" / "hybrid" / "seed-2" / "experiment.json").read_text())["stages"]
+    assert [s["built"] for s in stages if s["stage"] == "train dpr"] == [True]  # dpr at seed 2, trained again for the hybrid

@@ -239,3 +239,40 @@ def test_a_cpu_run_on_a_gpu_host_gets_a_group_that_takes_cpu_tensors(tmp_path):
     mp.spawn(_cpu_run_on_a_gpu_host, args=(2, tmp_path / "dist-init", tmp_path / "out.pt"), nprocs=2, join=True)
     result = torch.load(tmp_path / "out.pt")
     assert result["summed"].tolist() == [3.0] and result["sizes"] == [2, 3]
+
+
+def test_srun_tasks_join_as_torchruns_would(monkeypatch):
+    """Would catch a SLURM job's tasks (srun, submitit; one GPU per task) not forming one group:
+    rank, world size, local rank and the master's address come from SLURM's environment."""
+    import taser.training.distributed as distributed
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TASER_DIST_INIT", "LOCAL_WORLD_SIZE"):
+        monkeypatch.setenv(key, "unset")  # recorded, so that what init_distributed writes is undone after the test
+        monkeypatch.delenv(key)
+    slurm = {"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_NODELIST": "gpu[07-08,11]",
+             "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_ID": "123456"}
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    calls, devices = [], []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **kwargs: calls.append((backend, dict(os.environ))))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: int(os.environ["RANK"]))
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: int(os.environ["WORLD_SIZE"]))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # --gpus-per-task=1: each task sees its own GPU only
+    monkeypatch.setattr(torch.cuda, "set_device", devices.append)
+    info = distributed.init_distributed()
+    assert info == distributed.DistInfo(5, 8, 1)
+    (backend, env), = calls
+    assert backend == "cpu:gloo,cuda:nccl" and (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("5", "8", "1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["LOCAL_WORLD_SIZE"]) == ("gpu07", str(20000 + 123456 % 20000), "4")
+    assert devices == [torch.device("cuda", 0)]  # its one visible GPU, though LOCAL_RANK is 1
+
+
+def test_a_batch_scripts_own_process_does_not_wait_for_others():
+    from taser.training.distributed import first_host, slurm_environment
+
+    assert slurm_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "n1"}) == {}  # not a srun step
+    assert slurm_environment({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}) == {}
+    assert slurm_environment({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "WORLD_SIZE": "2"}) == {}  # torchrun's own variables win
+    assert [first_host(n) for n in ("node1", "a[3-5],b1", "gpu[009,011-012]", "x1,y[1-2]")] == ["node1", "a3", "gpu009", "x1"]

@@ -9,7 +9,6 @@ import hashlib
 import http.server
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -124,5 +123,22 @@ def test_download_settings_refuse_unknown_names():
 
     with pytest.raises(ValueError, match="unknown resource 'data.retriever.nq-trian'; known: data.wikipedia_split.psgs_w100"):
         DownloadJob(resource="data.retriever.nq-trian")
-    assert DownloadJob(table="dpr_nq").names()[:1] and all(isinstance(n, str) for n in DownloadJob(table="dpr_nq").names())
-    assert Path(DownloadJob(resource="data.retriever.nq-train").resource[0]) == Path("data.retriever.nq-train")
+    assert DownloadJob(resource="data.retriever.nq-train").names() == ["data.retriever.nq-train"]
+    table = {"name": "t", "data": {"resources": ["data.retriever.nq-train", "data.retriever.qas.nq-test"]}}
+    assert DownloadJob(resource="data.retriever.nq-train", table=table).names() == ["data.retriever.nq-train", "data.retriever.qas.nq-test"]
+    with pytest.raises(ValueError, match="name what to fetch"):
+        DownloadJob()
+
+
+def test_download_script_fetches_a_tables_resources(tmp_path):
+    """The documented command: `table=<name>` composes the table's config and lists what it needs."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "download.py"), "table=squad_cpu", f"data_dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "table squad_cpu names no resources to fetch" in done.stdout
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "download.py"), "table=dpr_nqx"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Could not find 'table/dpr_nqx'" in done.stderr

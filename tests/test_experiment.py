@@ -259,3 +259,26 @@ def test_a_row_killed_mid_training_and_mid_encoding_resumes_to_the_uninterrupted
     a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("run", "whole"))
     assert a["top_k"] == b["top_k"] and set(a["top_k"]) >= {"1", "20"}
     assert (tmp_path / "run" / "per_query.jsonl").read_text() == (tmp_path / "whole" / "per_query.jsonl").read_text()
+
+
+@pytest.mark.parametrize("launcher, target, gpus", [("slurm_gpu", "SlurmLauncher", 1), ("slurm_8gpu", "SlurmLauncher", 8),
+                                                    ("slurm_cpu", "SlurmLauncher", 0), ("local_parallel", "JoblibLauncher", None)])
+def test_launcher_presets_compose(launcher, target, gpus):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("experiment", overrides=["table=dpr_nq", "row=dpr", f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
+    if gpus is not None:
+        assert cfg.hydra.launcher.gpus_per_node == gpus and cfg.hydra.launcher.timeout_min > 0 and cfg.hydra.launcher.mem_gb > 0
+
+
+def test_the_report_sets_each_row_beside_its_papers_figures(tmp_path):
+    from taser.evaluation.report import read_runs, reference_table
+
+    for seed, top20 in ((1, 70.0), (2, 72.0)):
+        d = tmp_path / f"dpr-{seed}"
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps({"task": "qa", "dataset": "NQ", "name": "DPR", "seed": seed,
+                                                    "top_k": {"20": top20, "100": 80.0}, "reference": {"top20": 78.4, "top100": None}}))
+    table = reference_table(read_runs([str(tmp_path)]))
+    assert "| DPR | NQ | top-20 | 78.4 | 71.0 (2 run(s)) | -7.4 |" in table and "top-100" not in table  # not reported: no row

@@ -1,26 +1,29 @@
-"""The papers' ablations on the shipped SQuAD protocol, at several seeds, with significance (issue 18).
+"""The papers' ablations on the shipped SQuAD protocol, at several seeds, with significance (issue 18):
+the table preset `configs/table/squad_cpu.yaml` run pair by pair (`taser.pipeline.rows`), plus the report.
 
     python benchmarks/ablations/run.py                          # every row, seeds 1 2 3, ~4 h on 2 CPU cores
     python benchmarks/ablations/run.py --rows dpr taser-t2      # some rows (the others keep what they have)
     python benchmarks/ablations/run.py --report-only            # the report of what is finished
 
-Rows (`ROWS`): zero-shot and BM25 (no seed); `shared`; `dpr` (1 BM25 hard negative, in-batch
+Rows (`ROWS`, read from the preset, whose settings they run): zero-shot and BM25 (no seed); `shared`; `dpr` (1 BM25 hard negative, in-batch
 negatives: the baseline of the negatives axes); `taser` with T = 1, 2, 3 (deterministic FFN
 routing), learned sequence and learned token routing, and attention specialised instead of the FFN;
 `dpr` with 0 and 2 BM25 hard negatives, without in-batch negatives, and with one round of
 dense-mined hard negatives (mined with that seed's trained `dpr`); BM25 + `dpr` hybrid (DPR's rule).
 Every trained row uses the same steps, batch, learning rate and seeds, MiniLM's own pooling and
-normalisation; a trained row costs its training plus one encoding of the 2,141 passages. The BM25
-index and the BM25 negatives are built once and shared; `dpr`'s index serves the hybrid and the
-dense mining.
+normalisation; a trained row costs its training plus one encoding of the 2,141 passages. Every stage
+lives in the stage store (`--work`/stages, keyed by its settings and inputs): the BM25 index and the
+BM25 negatives are built once and shared; `dpr`'s model and index serve the hybrid and the dense
+mining. The same table runs as `python scripts/experiment.py -m table=squad_cpu` (one Hydra job per
+pair, on any launcher); this script keeps the committed records and results.md.
 
 Resumable, across machines and sessions: each finished (row, seed) copies its `results.json`,
 `per_query.jsonl` and `times.json` into `benchmarks/ablations/runs/<row>/seed-<s>/` (`--records`),
 which is committed with the code; a pair recorded there is skipped, and a killed training continues
 from its last checkpoint in `--work` (every `--save-every` steps). Pairs run seed by seed (every row
 at seed 1, then seed 2, ...), so a stopped study has every row at the seeds it finished. A row that
-uses `dpr`'s model (dense mining, hybrid) retrains that seed's `dpr` when its checkpoint is no longer
-in `--work` (training is deterministic at a seed on one machine). `results.md` is rewritten from
+uses `dpr`'s model (dense mining, hybrid) finds it in the stage store, or trains that seed's `dpr`
+again when the store no longer has it (training is deterministic at a seed on one machine). `results.md` is rewritten from
 every recorded pair at the end of the run (or by `--report-only`, e.g. after a stopped run): the
 tables against `dpr`, against zero-shot and against BM25 (mean ± std over seeds, bootstrap intervals
 over questions, † = significant after Holm, each row against the baseline seed by seed), the seeds
@@ -36,8 +39,7 @@ import logging
 import shutil
 import statistics
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,7 +49,7 @@ from taser.cli import setup_logging  # noqa: E402
 
 log = logging.getLogger("benchmark.ablations")
 
-TASER = {"specialize": "ffn", "routing": "deterministic", "num_experts": 2}
+PRESET = "squad_cpu"  # configs/table/squad_cpu.yaml: the rows and their settings
 KEPT_HEADING = "## What the study supports"
 KS = (1, 5, 20, 100)  # the report's top-k columns
 BASELINES = ("dpr", "zero-shot", "BM25")  # one table each: the trained rows against dpr and zero-shot, the hybrid against BM25
@@ -56,40 +58,20 @@ DATASET = "SQuAD"
 
 @dataclass(frozen=True)
 class Row:
-    key: str  # its directory under <work>/runs
+    key: str  # the preset's row key: its directory under the records
     name: str  # its system name in results.json and the report
-    kind: str = "trained"  # trained | zero-shot | bm25 | hybrid
-    model: dict = field(default_factory=dict)  # over the base model settings
-    train: dict = field(default_factory=dict)  # over the shared training settings
-    negatives: str = "bm25"  # trained: bm25 | dense (mined with this seed's dpr)
-
-    @property
-    def seeded(self) -> bool:
-        return self.kind in ("trained", "hybrid")
+    seeded: bool  # trained (or fused with a trained row): one result per seed
 
 
-ROWS = [
-    Row("zero-shot", "zero-shot", "zero-shot", {"model_type": "shared"}),
-    Row("bm25", "BM25", "bm25"),
-    Row("shared", "shared", model={"model_type": "shared"}),
-    Row("dpr", "dpr", model={"model_type": "dpr"}),
-    Row("taser-t1", "taser T=1", model={"model_type": "taser", "taser": {**TASER, "specialize_every": 1}}),
-    Row("taser-t2", "taser T=2", model={"model_type": "taser", "taser": {**TASER, "specialize_every": 2}}),
-    Row("taser-t3", "taser T=3", model={"model_type": "taser", "taser": {**TASER, "specialize_every": 3}}),
-    Row("taser-seq", "taser T=2, learned sequence routing",
-        model={"model_type": "taser", "taser": {**TASER, "specialize_every": 2, "routing": "learned_sequence", "load_balance_weight": 0.01}}),
-    Row("taser-token", "taser T=2, learned token routing",
-        model={"model_type": "taser", "taser": {**TASER, "specialize_every": 2, "routing": "learned_token", "load_balance_weight": 0.01}}),
-    Row("taser-attention", "taser T=2, attention specialised",
-        model={"model_type": "taser", "taser": {**TASER, "specialize_every": 2, "specialize": "attention"}}),
-    Row("dpr-0neg", "dpr, 0 BM25 negatives", model={"model_type": "dpr"}, train={"hard_negatives": 0}),
-    Row("dpr-2neg", "dpr, 2 BM25 negatives", model={"model_type": "dpr"}, train={"hard_negatives": 2}),
-    Row("dpr-no-in-batch", "dpr, no in-batch negatives (1-of-N)", model={"model_type": "dpr"}, train={"in_batch": False}),
-    Row("dpr-dense-neg", "dpr, 1 dense-mined negative", model={"model_type": "dpr"}, negatives="dense"),
-    Row("hybrid", "hybrid BM25 + dpr", "hybrid"),
-]
+def _preset_rows() -> list[Row]:
+    import yaml
+
+    rows = yaml.safe_load((ROOT / "configs" / "table" / f"{PRESET}.yaml").read_text())["table"]["rows"]
+    return [Row(key, row["name"], row.get("kind", "trained") in ("trained", "hybrid")) for key, row in rows.items()]
+
+
+ROWS = _preset_rows()
 BY_KEY = {r.key: r for r in ROWS}
-NEEDS_DPR = ("dpr-dense-neg", "hybrid")  # use that seed's trained dpr
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -108,108 +90,52 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bm25-backend", default="pyserini", choices=["pyserini", "bm25s"])
     p.add_argument("--save-every", type=int, default=25, help="training checkpoints (a killed run resumes from the last)")
     p.add_argument("--resamples", type=int, default=10_000, help="of the significance tests and bootstrap intervals")
-    p.add_argument("--keep-checkpoints", action="store_true", help="keep every trained model (default: only dpr's, which later rows use)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "benchmarks" / "ablations")
     p.add_argument("--records", type=Path, default=Path(__file__).resolve().parent / "runs",
                    help="finished pairs' results (committed: the study resumes from them anywhere)")
     p.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results.md")
     args = p.parse_args(argv)
-    rows = list(args.rows)
-    for key in NEEDS_DPR:  # a row that uses dpr's checkpoint brings dpr with it
-        if key in rows and "dpr" not in rows:
-            rows.insert(0, "dpr")
-    args.rows = [r.key for r in ROWS if r.key in rows]  # in ROWS' order: dpr before the rows that use it
+    args.rows = [r.key for r in ROWS if r.key in args.rows]  # in the preset's order
     return args
 
 
-def prepare(args) -> dict:
-    """The protocol's data (converted once) and BM25 hard negatives (mined once), with the shared BM25 index."""
-    from taser.data.squad import convert_squad
-    from taser.pipeline.mine import mine_negatives
+def job_for(args, row: Row, seed: int | None):
+    """The preset's job for (row, seed) with this run's settings (steps, batch, model, ...) as overrides."""
+    from hydra import compose, initialize_config_dir
 
-    data_dir = args.work / "data"
-    if not (data_dir / "summary.json").is_file():
-        convert_squad(args.squad, data_dir, train_articles=args.train_articles)
-    bm25 = {"backend": args.bm25_backend, "index_dir": str(args.work / f"bm25-{args.bm25_backend}")}
-    mined = data_dir / f"train.bm25-{args.bm25_backend}.json"
-    if not mined.is_file():
-        mine_negatives(data_dir / "train.json", data_dir / "passages.tsv", mined, retriever="bm25", top_n=100, num_hard_negatives=30, bm25=bm25,
-                       progress=False)
-    qa_file = data_dir / "dev.qa.tsv"
-    if args.limit_questions:
-        from taser.data.qa import read_qa, write_qa
+    from taser.cli import CONFIG_DIR, typed
 
-        subset = data_dir / f"dev.first{args.limit_questions}.qa.tsv"
-        if not subset.is_file():
-            write_qa(subset, list(read_qa(qa_file))[: args.limit_questions])
-        qa_file = subset
-    return {"passages": str(data_dir / "passages.tsv"), "qa_file": str(qa_file), "train": str(data_dir / "train.json"),
-            "bm25_train": str(mined), "bm25": bm25}
-
-
-def model_settings(args, row: Row) -> dict:
-    base = {"pretrained": args.model, "pooling": "auto", "normalize": "auto", **row.model}
+    seeds = list(args.seeds)
+    overrides = [f"table={PRESET}", f"row={row.key}", f"seed={seed if seed is not None else seeds[0]}", f"table.seeds=[{','.join(map(str, seeds))}]",
+                 f"table.model.pretrained={args.model}", f"table.train.max_steps={args.steps}", f"table.train.batch_size={args.batch}",
+                 f"table.train.learning_rate={args.lr}", f"table.train.warmup_steps={max(1, args.steps // 10)}",
+                 f"table.train.save_every={args.save_every}", f"++table.train.precision={args.precision}", f"table.evaluate.precision={args.precision}",
+                 f"table.evaluate.bm25.backend={args.bm25_backend}", f"table.data.squad_json={args.squad}",
+                 f"table.data.train_articles={args.train_articles}", f"stages_dir={args.work / 'stages'}", f"out_dir={run_dir(args, row, seed)}"]
     if args.max_length:
-        base.update(max_length=args.max_length, max_question_length=min(args.max_length, 64))
-    return base
-
-
-def train_settings(args, row: Row, seed: int) -> dict:
-    return {**BASE_TRAIN, "batch_size": args.batch, "learning_rate": args.lr, "warmup_steps": max(1, args.steps // 10), "max_steps": args.steps,
-            "precision": args.precision, "seed": seed, "name": row.name, "save_every": args.save_every, "resume": True, **row.train}
+        overrides += [f"++table.model.max_length={args.max_length}", f"++table.model.max_question_length={min(args.max_length, 64)}"]
+    if args.limit_questions:
+        overrides.append(f"table.data.limit_questions={args.limit_questions}")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return typed(compose("experiment", overrides=overrides))
 
 
 def run_dir(args, row: Row, seed: int | None) -> Path:
     return args.work / "runs" / row.key / (f"seed-{seed}" if seed is not None else "no-seed")
 
 
-def dpr_dir(args, seed: int) -> Path:
-    return run_dir(args, BY_KEY["dpr"], seed)
+def run_pair(args, row: Row, seed: int | None) -> dict:
+    """Every stage of one (row, seed), found in the stage store or built; returns its stage times."""
+    from taser.pipeline.rows import run_row
 
-
-def run_pair(args, data: dict, row: Row, seed: int | None) -> dict:
-    """Train (when the row trains), encode and evaluate one (row, seed); returns its stage times."""
-    from taser.pipeline.evaluate import evaluate_bm25, evaluate_dense, evaluate_hybrid
-    from taser.pipeline.experiment import save_initial
-    from taser.pipeline.mine import mine_negatives
-    from taser.pipeline.train import run_training
-
-    out = run_dir(args, row, seed)
+    record = run_row(job_for(args, row, seed))
     times: dict[str, float] = {}
-    qa = {"qa_file": data["qa_file"], "passages_tsv": data["passages"], "dataset": DATASET}
-    t = time.perf_counter()
-    if row.kind == "bm25":
-        evaluate_bm25(out_dir=out / "eval", bm25=data["bm25"], name=row.name, **qa)
-    elif row.kind == "zero-shot":
-        initial = out / "initial"
-        if not (initial / "model.safetensors").is_file():
-            save_initial(model_settings(args, row), out)
-        evaluate_dense(initial, None, out_dir=out / "eval", precision=args.precision, name=row.name, **qa)
-    elif row.kind == "hybrid":
-        dpr = dpr_dir(args, seed)
-        evaluate_hybrid(dpr / "final", dpr / "eval" / "dense-index" / "index", out_dir=out / "eval", bm25=data["bm25"], precision=args.precision,
-                        name=row.name, **qa)
-    else:
-        train_file = data["bm25_train"]
-        if row.negatives == "dense":
-            dpr = dpr_dir(args, seed)
-            mined = out / "train.dense.json"
-            if not mined.is_file():
-                mine_negatives(data["train"], data["passages"], mined, retriever="dense", checkpoint=dpr / "final",
-                               index=dpr / "eval" / "dense-index" / "index", top_n=100, num_hard_negatives=30, precision=args.precision, progress=False)
-            times["mine"] = time.perf_counter() - t
-            t = time.perf_counter()
-            train_file = str(mined)
-        if not (out / "train_summary.json").is_file():
-            run_training(model_settings(args, row), [train_file], train_settings(args, row, seed), out)
-        times["train"] = time.perf_counter() - t
-        t = time.perf_counter()
-        evaluate_dense(out / "final", None, out_dir=out / "eval", precision=args.precision, name=row.name, **qa)
-        shutil.rmtree(out / "checkpoint", ignore_errors=True)  # the resumable state: done with
-        if not args.keep_checkpoints and row.key != "dpr":
-            shutil.rmtree(out / "final", ignore_errors=True)
-    times["evaluate"] = time.perf_counter() - t
+    for stage in record["stages"]:
+        kind = stage["key"].split("-")[0]
+        part = {"train": "train", "negatives": "mine"}.get(kind, "evaluate")
+        if stage["built"]:
+            times[part] = times.get(part, 0.0) + stage["seconds"]
     return times
 
 
@@ -233,7 +159,7 @@ RECORDED = ("results.json", "per_query.jsonl")
 
 def record(args, row: Row, seed: int | None, times: dict) -> None:
     """Copy a finished pair's evaluation into the records (results.json last: it marks the pair done)."""
-    source = run_dir(args, row, seed) / "eval"
+    source = run_dir(args, row, seed)
     target = record_dir(args, row, seed)
     target.mkdir(parents=True, exist_ok=True)
     (target / "times.json").write_text(json.dumps(times) + "\n")
@@ -241,17 +167,6 @@ def record(args, row: Row, seed: int | None, times: dict) -> None:
         tmp = target / f".{name}.tmp"
         shutil.copyfile(source / name, tmp)
         tmp.replace(target / name)
-
-
-def ensure_dpr(args, data: dict, seed: int) -> None:
-    """That seed's trained `dpr` and its index in `--work`, retrained when a new machine or a
-    cleaned work directory lost them (the recorded results stay as they are)."""
-    dpr = dpr_dir(args, seed)
-    if (dpr / "final" / "model.safetensors").is_file() and (dpr / "eval" / "dense-index" / "index").exists():
-        return
-    log.info("dpr, seed %s: its model is not in %s; training it again for the rows that use it", seed, args.work)
-    shutil.rmtree(dpr, ignore_errors=True)
-    run_pair(args, data, BY_KEY["dpr"], seed)
 
 
 def write_results(args) -> str:
@@ -321,14 +236,11 @@ def main(argv=None) -> str:
     args.argv = sys.argv[1:] if argv is None else list(argv)
     setup_logging()
     if not args.report_only:
-        data = prepare(args)
         todo = [(row, seed) for row, seed in pairs(args) if not finished(args, row, seed)]
         log.info("%d (row, seed) pairs to run, %d finished already", len(todo), len(pairs(args)) - len(todo))
         for row, seed in todo:
             log.info("=== %s, seed %s ===", row.name, seed)
-            if row.key in NEEDS_DPR:
-                ensure_dpr(args, data, seed)
-            times = run_pair(args, data, row, seed)
+            times = run_pair(args, row, seed)
             record(args, row, seed, times)  # the report is written once, at the end (or by --report-only): its tests take minutes
     text = write_results(args)
     print(text)

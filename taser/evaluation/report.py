@@ -287,6 +287,28 @@ def plot_curves(runs: Sequence[RunResult], dataset: str, path: str | os.PathLike
     return path
 
 
+def reference_table(runs: Sequence[RunResult]) -> str:
+    """Each table row's figures as its paper reports them (results.json's `reference`, written by
+    scripts/experiment.py from the table's config) beside the mean over this system's seeds."""
+    rows = []
+    for system in _in_order(r.system for r in runs):
+        mine = [r for r in runs if r.system == system]
+        reference = next((r.reference for r in mine if r.reference), {})
+        for name, paper in reference.items():
+            k = name.removeprefix("top")
+            reached = [r.top_k[k] for r in mine if k in r.top_k]
+            here = sum(reached) / len(reached) if reached else None
+            delta = f"{here - paper:+.1f}" if here is not None else "–"
+            rows.append(f"| {system} | {mine[0].dataset} | top-{k} | {paper:.1f} | {_fmt(here)} ({len(reached)} run(s)) | {delta} |")
+    if not rows:
+        return ""
+    return "| system | dataset | metric | paper | here, mean | here − paper |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
 def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequence[int | str] = (20, 100),
                     beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results",
                     stats: StatsSettings | None = None, comparison: Comparison | None = None, seed_checks: bool = True) -> str:
@@ -313,6 +335,9 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
         checks = seed_checks_markdown(runs, comparison.settings, ks, beir_metrics)
         if checks:
             text += "\n" + checks
+    papers = reference_table(runs)
+    if papers:
+        text += "\n## Beside the papers' figures\n\n" + papers
     relations = relations_table(runs, ks)
     if relations:
         text += "\n## EntityQuestions by relation\n\n" + relations

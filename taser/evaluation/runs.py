@@ -42,6 +42,7 @@ class RunResult:
     path: str | None = None
     seed: int | None = None  # the checkpoint's training seed (None: BM25, zero-shot, an imported model)
     per_query: list[dict] | None = None  # the evaluation's per-question outcomes (taser.evaluation.per_query), when written
+    reference: dict[str, float] = field(default_factory=dict)  # a table row's figures from its paper ({"top20": 78.4}; scripts/experiment.py)
 
 
 SEED_IN_PATH = re.compile(r"(^|,)train\.seed=[^,/]*")
@@ -112,6 +113,10 @@ def read_run(path: str | os.PathLike) -> RunResult:
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise DataFormatError(path, "field 'seed'", f"expected an integer or null, got {seed!r}")
     run.seed = seed
+    reference = results.get("reference") or {}
+    if not isinstance(reference, dict) or not all(v is None or isinstance(v, (int, float)) for v in reference.values()):
+        raise DataFormatError(path, "field 'reference'", f"expected an object of figures, got {reference!r}")
+    run.reference = {str(k): float(v) for k, v in reference.items() if v is not None}
     per_query = path.parent / str(results.get("per_query_file") or PER_QUERY_FILE)
     if per_query.is_file():
         run.per_query = read_per_query(per_query)

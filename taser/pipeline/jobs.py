@@ -256,7 +256,7 @@ class ConvertJob:
 @dataclass
 class DownloadJob:
     resource: Any = None  # a resource name (taser.data.resources, DPR's names, e.g. data.retriever.nq-train) or a list of them
-    table: str | None = None  # also every resource this table names (configs/table/<table>.yaml: table.data.resources)
+    table: Any = None  # table=<name>: also every resource that table names (configs/table/<name>.yaml, its table.data.resources)
     data_dir: str = "data/downloads"
     list_resources: bool = False  # print the resources there are, and where each lands
     progress: bool = True
@@ -270,24 +270,14 @@ class DownloadJob:
             self.resource = [self.resource]
         else:
             self.resource = [str(r) for r in self.resource]
-        for name in self.resource:
+        for name in self.names():
             resource(name)  # an unknown name is refused here, listing the known ones
         if not (self.resource or self.table or self.list_resources):
             raise ValueError("name what to fetch: resource=<name> (list_resources=true shows them) or table=<a table of configs/table/>")
 
     def names(self) -> list[str]:
-        names = list(self.resource)
-        if self.table:
-            import yaml
-
-            from taser.cli import CONFIG_DIR
-
-            path = os.path.join(CONFIG_DIR, "table", f"{self.table}.yaml")
-            if not os.path.isfile(path):
-                raise ValueError(f"unknown table {self.table!r}: no {path}")
-            with open(path, encoding="utf-8") as f:
-                names += [n for n in yaml.safe_load(f)["table"]["data"].get("resources", []) if n not in names]
-        return names
+        table_resources = list(((self.table or {}).get("data") or {}).get("resources") or []) if isinstance(self.table, dict) else []
+        return list(self.resource) + [n for n in table_resources if n not in self.resource]
 
 
 SCHEMAS = {

@@ -36,6 +36,38 @@ GPU_BACKEND = "cpu:gloo,cuda:nccl"
 DEFAULT_TIMEOUT_S = 1800  # a collective waiting longer than this fails (NCCL's own default: 10 minutes)
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: `gpu[03-05,09],cpu1` -> `gpu03`."""
+    head = ""
+    depth = 0
+    for ch in nodelist:  # the first entry: up to a comma outside brackets
+        if ch == "," and depth == 0:
+            break
+        depth += ch == "["
+        depth -= ch == "]"
+        head += ch
+    if "[" not in head:
+        return head
+    prefix, rest = head.split("[", 1)
+    return prefix + rest.split("]", 1)[0].split(",")[0].split("-")[0]
+
+
+def slurm_environment(environ=None) -> dict[str, str]:
+    """torchrun's variables from SLURM's, for a process that `srun` (or submitit) started as one
+    task of several, when torchrun is not the launcher: RANK (SLURM_PROCID), WORLD_SIZE (the step's
+    tasks), LOCAL_RANK (SLURM_LOCALID), MASTER_ADDR (the step's first node) and MASTER_PORT (from the
+    job id unless set). {} outside such a step, or when torchrun's variables are already there."""
+    env = os.environ if environ is None else environ
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 0)  # srun's; a batch script's own process has none (it must not wait for others)
+    if "WORLD_SIZE" in env or tasks <= 1 or "SLURM_PROCID" not in env:
+        return {}
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
+    job = int(env.get("SLURM_JOB_ID", "0") or 0)
+    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(tasks), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+            "LOCAL_WORLD_SIZE": env.get("SLURM_STEP_TASKS_PER_NODE", "1").split("(")[0].split(",")[0],
+            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes), "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + job % 20000)}
+
+
 def default_backend(device: torch.device) -> str:
     """The process group for a run on `device`: gloo on the CPU (NCCL refuses CPU tensors, even on a
     host that has GPUs), gloo for host tensors and NCCL for device tensors on a GPU."""
@@ -44,7 +76,8 @@ def default_backend(device: torch.device) -> str:
 
 def init_distributed(backend: str | None = None, init_method: str | None = None, device: str | torch.device = "auto",
                      timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
-    """Join the process group that the launcher describes in the environment (if any), for a run on
+    """Join the process group that the launcher describes in the environment (if any: torchrun's
+    variables, or SLURM's for tasks started by srun, see `slurm_environment`), for a run on
     `device` (`auto`: this rank's GPU if there is one, else the CPU; see `taser.runtime.pick_device`).
 
     The backend follows the device (`default_backend`) unless `backend` names one. The processes
@@ -57,6 +90,7 @@ def init_distributed(backend: str | None = None, init_method: str | None = None,
 
     from taser.runtime import pick_device
 
+    os.environ.update(slurm_environment())  # srun's tasks (SLURM, submitit) join as torchrun's would
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
