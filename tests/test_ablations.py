@@ -29,11 +29,11 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
             "--records", str(tmp_path / "records")]
     text = script.main(argv)
     runs = tmp_path / "work" / "runs"
-    assert sorted(p.relative_to(runs).as_posix() for p in runs.glob("*/*/results.json")) == [
-        "dpr/seed-1/results.json", "dpr/seed-2/results.json", "taser-t1/seed-1/results.json", "taser-t1/seed-2/results.json"]
-    results = json.loads((runs / "taser-t1" / "seed-2" / "results.json").read_text())
+    assert sorted(p.relative_to(runs).as_posix() for p in runs.glob("*/*/retrieval/results.json")) == [
+        f"{row}/seed-{seed}/retrieval/results.json" for row in ("dpr", "taser-t1") for seed in (1, 2)]
+    results = json.loads((runs / "taser-t1" / "seed-2" / "retrieval" / "results.json").read_text())
     assert (results["seed"], results["system"]) == (2, "taser T=1")
-    assert (runs / "taser-t1" / "seed-2" / "per_query.jsonl").is_file()
+    assert (runs / "taser-t1" / "seed-2" / "retrieval" / "per_query.jsonl").is_file()
     stages = json.loads((runs / "taser-t1" / "seed-2" / "experiment.json").read_text())["stages"]
     assert [s["built"] for s in stages if s["stage"] in ("data", "BM25 index", "negatives")] == [False, False, False]  # shared with dpr's pairs
     assert "| system | SQuAD top-1 | SQuAD top-5 | SQuAD top-20 | SQuAD top-100 | seeds | parameters |" in text

@@ -77,19 +77,27 @@ def test_a_table_through_the_basic_launcher_builds_each_shared_stage_once(squad4
     calls = []
     real = train_module.run_training
     monkeypatch.setattr(train_module, "run_training", lambda model, files, cfg, out, **k: calls.append(cfg["seed"]) or real(model, files, cfg, out, **k))
+    from taser.reader.model import Reader
+
+    reader = tmp_path / "reader"
+    Reader.from_pretrained(tiny_pretrained, 64, 16).save(reader)  # untrained: the reading stage's plumbing, not its EM
     sweep = tmp_path / "sweep"
-    monkeypatch.setattr(sys, "argv", ["experiment.py", "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), *SWEEP, f"hydra.sweep.dir={sweep}"])
+    monkeypatch.setattr(sys, "argv", ["experiment.py", "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), *SWEEP, f"hydra.sweep.dir={sweep}",
+                                      f"table.read.reader={reader}", "table.read.ks=[1,5]", "table.read.precision=fp32", "table.read.device=cpu"])
     runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
     assert sorted(calls) == [1, 2]  # dpr at each seed, once: the hybrid found it
     recs = records(sweep)
     assert sorted(recs) == [("dpr", 1), ("dpr", 2), ("hybrid", 1), ("hybrid", 2)]
     assert built(recs, "data") == 1 and built(recs, "BM25 index") == 1 and built(recs, "train dpr") == 2 and built(recs, "index dpr") == 2
-    assert all(not s["built"] for s in recs[("hybrid", 2)]["stages"] if s["stage"] != "evaluate")
-    results = json.loads((sweep / "hybrid" / "seed-2" / "results.json").read_text())
-    assert results["seed"] == 2 and results["name"] == "hybrid BM25 + dpr" and (sweep / "hybrid" / "seed-2" / "per_query.jsonl").is_file()
+    assert all(not s["built"] for s in recs[("hybrid", 2)]["stages"] if s["stage"] not in ("evaluate", "read"))
+    results = json.loads((sweep / "hybrid" / "seed-2" / "retrieval" / "results.json").read_text())
+    assert results["seed"] == 2 and results["name"] == "hybrid BM25 + dpr" and (sweep / "hybrid" / "seed-2" / "retrieval" / "per_query.jsonl").is_file()
     assert recs[("dpr", 1)]["machine"] and "table" in recs[("dpr", 1)]["job"] and recs[("dpr", 1)]["commit"]
+    reading = json.loads((sweep / "hybrid" / "seed-2" / "reader" / "results.json").read_text())
+    assert reading["task"] == "reader" and set(reading["em"]) == {"1", "5"} and reading["retriever"] == "hybrid BM25 + dpr"
+    assert built(records(sweep), "read") == 4  # one reading of each (row, seed)'s retrieval
     text = report_of(sweep, tmp_path)
-    assert "hybrid BM25 + dpr" in text and "dpr" in text and "| 2 |" in text  # two seeds per system
+    assert "hybrid BM25 + dpr" in text and "dpr" in text and "| 2 |" in text and "EM@1" in text  # two seeds per system; the reader's EM
     # the same command again: nothing is built
     calls.clear()
     runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
@@ -242,7 +250,7 @@ def test_a_row_killed_mid_training_and_mid_encoding_resumes_to_the_uninterrupted
         return subprocess.run(args, cwd=ROOT, env={**env, **({"KILL_AT": kill} if kill else {})}, capture_output=True, text=True, timeout=600)
 
     assert run("train", tmp_path / "run", tmp_path / "stages").returncode == -9
-    assert not (tmp_path / "run" / "results.json").exists()
+    assert not (tmp_path / "run" / "retrieval" / "results.json").exists()
     second = run("encode", tmp_path / "run", tmp_path / "stages")
     assert second.returncode == -9 and "resumed from" in second.stderr and "at step 2 of 3" in second.stderr  # training went on from its checkpoint
     finished = run(None, tmp_path / "run", tmp_path / "stages")
@@ -256,9 +264,9 @@ def test_a_row_killed_mid_training_and_mid_encoding_resumes_to_the_uninterrupted
     assert steps == [1, 2, 3]  # one line per step: steps 1-2 kept from before the kill, step 3 after the resume
     uninterrupted = run(None, tmp_path / "whole", tmp_path / "stages-whole")
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-    a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("run", "whole"))
+    a, b = (json.loads((tmp_path / d / "retrieval" / "results.json").read_text()) for d in ("run", "whole"))
     assert a["top_k"] == b["top_k"] and set(a["top_k"]) >= {"1", "20"}
-    assert (tmp_path / "run" / "per_query.jsonl").read_text() == (tmp_path / "whole" / "per_query.jsonl").read_text()
+    assert (tmp_path / "run" / "retrieval" / "per_query.jsonl").read_text() == (tmp_path / "whole" / "retrieval" / "per_query.jsonl").read_text()
 
 
 @pytest.mark.parametrize("launcher, target, gpus", [("slurm_gpu", "SlurmLauncher", 1), ("slurm_8gpu", "SlurmLauncher", 8),

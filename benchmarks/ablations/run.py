@@ -159,7 +159,9 @@ RECORDED = ("results.json", "per_query.jsonl")
 
 def record(args, row: Row, seed: int | None, times: dict) -> None:
     """Copy a finished pair's evaluation into the records (results.json last: it marks the pair done)."""
-    source = run_dir(args, row, seed)
+    from taser.pipeline.rows import RETRIEVAL_DIR
+
+    source = run_dir(args, row, seed) / RETRIEVAL_DIR
     target = record_dir(args, row, seed)
     target.mkdir(parents=True, exist_ok=True)
     (target / "times.json").write_text(json.dumps(times) + "\n")

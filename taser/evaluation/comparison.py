@@ -111,7 +111,9 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
         out.seeded[system] = out.seeded.get(system, False) or any(r.seed is not None for r in mine)
     pending: list[tuple[str, str, str]] = []
     for dataset, metric in columns:
-        base = outcomes(groups.get((settings.baseline, dataset), []), metric) if settings.baseline else None
+        base_runs = groups.get((settings.baseline, dataset), []) if settings.baseline else []
+        # a baseline without this metric (a retriever under a reader's EM@k column) is compared with nothing
+        base = outcomes(base_runs, metric) if any(figure(r, metric) is not None for r in base_runs) else None
         for system in systems:
             mine = groups.get((system, dataset))
             values = [v for v in (figure(r, metric) for r in mine or ()) if v is not None]

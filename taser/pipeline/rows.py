@@ -1,8 +1,9 @@
 """One row of a table at one seed: its chain of stages (data, BM25 index, negatives, training,
 encoding and index, evaluation), each found in the stage store when another row, seed or job made
 it with the same settings and inputs (`taser.pipeline.stages`), else built there; then the row's
-`results.json` and `per_query.jsonl` (where `scripts/report.py` finds them) and `experiment.json`
-(the composed settings, the commit, the machine, each stage's key and time) in the job's directory.
+`results.json` and `per_query.jsonl` in `retrieval/` of the job's directory (and the reader's in
+`reader/`, when the table reads), where `scripts/report.py` finds them, and `experiment.json` (the
+composed settings, the commit, the machine, each stage's key and time) beside them.
 
 Rows without training (BM25, zero-shot) do not depend on the seed: their stages are shared by every
 seed, and only the table's first seed writes their results (the report counts them once).
@@ -27,6 +28,7 @@ from taser.pipeline.table import DataKind, ExperimentJob, Negatives, RowKind, Ro
 log = logging.getLogger(__name__)
 
 EXPERIMENT_FILE = "experiment.json"
+RETRIEVAL_DIR, READER_DIR = "retrieval", "reader"  # under the job's directory: each holds a results.json and per_query.jsonl
 # training settings that do not change the trained weights: left out of the training stage's key
 NOT_IN_TRAIN_KEY = ("progress", "log_every", "save_every", "resume", "tensorboard", "loader_workers", "device", "name", "eval_every",
                     "val_max_questions", "val_batch_size")
@@ -230,6 +232,34 @@ def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, 
                            f"to continue from the last checkpoint in {out}")
 
 
+def read_stage(run: RowRun, evaluated: Stage) -> Stage:
+    """The table's reader on the row's retrieval (evaluate's retrieval.json)."""
+    from taser.reader.config import ReadJob
+    from taser.reader.pipeline import read
+
+    spec, table = run.table.read, run.table
+    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": table.evaluate.match}
+    inputs = {"reader": file_identity(Path(spec.reader) / "model.safetensors"), "retrieval": evaluated.key}
+    job = lambda d: read(ReadJob(checkpoint=spec.reader, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
+                                 match=table.evaluate.match, max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
+                                 precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=table.data.dataset))
+    return run._run("read", "read", settings, inputs, job)
+
+
+def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None) -> None:
+    """A stage's results.json and per_query.jsonl copied into `out` (per_query first: results.json marks it whole)."""
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(stage_dir / PER_QUERY_FILE, out / f".{PER_QUERY_FILE}.tmp")
+    (out / f".{PER_QUERY_FILE}.tmp").replace(out / PER_QUERY_FILE)
+    results = json.loads((stage_dir / RESULTS_FILE).read_text())
+    if reference is not None:
+        results["reference"] = reference  # the paper's figures for this row, beside what it reached
+    if row_seed is not None and results.get("seed") != row_seed:  # a reading of the row at this seed: its seeds group as the row's do
+        results["reader_seed"], results["seed"] = results.get("seed"), row_seed
+    with atomic_open(out / RESULTS_FILE) as f:
+        json.dump(results, f, indent=2)
+
+
 def _commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent)
@@ -247,6 +277,7 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     row = table.row(job.row)
     run = RowRun(job, store)
     evaluated = run.evaluate(row, job.seed)
+    reading = read_stage(run, evaluated) if table.read.reader else None
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     first_seed = min(table.seeds)
@@ -258,12 +289,9 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
         "stages": [{"stage": label, "key": s.key, "dir": str(s.dir), "built": s.built, "seconds": round(s.seconds, 3)} for label, s in run.stages],
     }  # fmt: skip
     if writes_results:
-        shutil.copyfile(evaluated.dir / PER_QUERY_FILE, out / f".{PER_QUERY_FILE}.tmp")
-        (out / f".{PER_QUERY_FILE}.tmp").replace(out / PER_QUERY_FILE)
-        results = json.loads((evaluated.dir / RESULTS_FILE).read_text())
-        results["reference"] = row.reference  # the paper's figures for this row, beside what it reached
-        with atomic_open(out / RESULTS_FILE) as f:
-            json.dump(results, f, indent=2)
+        _publish(evaluated.dir, out / RETRIEVAL_DIR, row.reference)
+        if reading is not None:
+            _publish(reading.dir, out / READER_DIR, row_seed=job.seed if row.seeded else None)
     else:
         record["results"] = f"a row without training reports once, with the table's first seed ({first_seed})"
     with atomic_open(out / EXPERIMENT_FILE) as f:

@@ -86,6 +86,18 @@ class EvaluateSpec:
 
 
 @dataclass
+class ReadSpec:
+    """The reader on each row's retrieval (DPR's end-to-end EM): off unless `reader` names a reader checkpoint."""
+
+    reader: str | None = None  # a reader checkpoint directory (scripts/train_reader.py's final/ or best/, an imported DPR reader)
+    ks: list[int] = field(default_factory=lambda: [1, 5, 20])  # passages read: EM/F1 at each
+    max_answer_length: int = 10
+    batch_size: int = 32
+    precision: str = "auto"
+    device: str = "auto"
+
+
+@dataclass
 class TableSpec:
     name: str = MISSING
     title: str = MISSING
@@ -94,6 +106,7 @@ class TableSpec:
     model: dict[str, Any] = field(default_factory=dict)  # every row's model settings (taser.models.settings.ModelSettings)
     train: dict[str, Any] = field(default_factory=dict)  # every trained row's settings (taser.training.config.TrainConfig)
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
+    read: ReadSpec = field(default_factory=ReadSpec)
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # must equal the sweep's seeds (hydra.sweeper.params.seed)
     rows: dict[str, RowSpec] = field(default_factory=dict)
 
@@ -102,6 +115,8 @@ class TableSpec:
             self.data = DataSpec(**self.data)
         if isinstance(self.evaluate, dict):
             self.evaluate = EvaluateSpec(**self.evaluate)
+        if isinstance(self.read, dict):
+            self.read = ReadSpec(**self.read)
         self.rows = {key: row if isinstance(row, RowSpec) else RowSpec(**row) for key, row in self.rows.items()}
         if not self.rows:
             raise ValueError(f"table {self.name} has no rows")
