@@ -56,6 +56,27 @@ def machine_line(precision: str = "auto") -> str:
     return f"Machine: {describe_hardware()}, torch {torch.__version__}; precision {shown}."
 
 
+def recorded_machine_line(results_files) -> str:
+    """The machine line of figures recorded elsewhere: the machines their results.json files name
+    (`hardware`, `precision`), not the one writing the report."""
+    seen = []
+    for path in results_files:
+        results = json.loads(Path(path).read_text())
+        h = results.get("hardware") or {}
+        if not h:
+            continue
+        bf16 = "native" if h.get("cpu_native_bf16") else "no native"
+        precision = results.get("precision")
+        requested = results.get("precision_requested")
+        shown = f"{requested} -> {precision}" if requested == "auto" else precision
+        line = f"{h.get('cpu')} ({h.get('cpu_capability')}, {bf16} bf16), {h.get('cores')} cores, torch {h.get('torch')}; precision {shown}"
+        if line not in seen:
+            seen.append(line)
+    if not seen:
+        return "Machine: not recorded."
+    return "Machine: " + "; and ".join(seen) + "."
+
+
 def write_keeping_section(out: Path, text: str, heading: str) -> None:
     """Write `text` to `out`, keeping what the earlier `out` held from `heading` on: a section
     written by hand (levers, how the figures were gathered) survives a re-run."""

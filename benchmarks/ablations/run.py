@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import BASE_TRAIN, ROOT, SQUAD, command_line, machine_line, write_keeping_section  # noqa: E402
+from common import BASE_TRAIN, ROOT, SQUAD, command_line, recorded_machine_line, write_keeping_section  # noqa: E402
 
 from taser.cli import setup_logging  # noqa: E402
 
@@ -195,7 +195,7 @@ def write_results(args) -> str:
         "# Ablations with seeds and significance on the SQuAD benchmark (shipped data)\n",
         f"Command: `{command_line(__file__, [a for a in args.argv if a != '--report-only'])}` (resumes where it stopped; add "
         "`--report-only` to rewrite this file from the records)\n",
-        machine_line(args.precision) + "\n",
+        recorded_machine_line(record_dir(args, row, seed) / "results.json" for row, seed in done) + "\n",  # where the records were made
         f"Model: `{args.model}` (pooling and normalisation: the checkpoint's own). Every trained row: {args.steps} steps of {args.batch} "
         f"questions, lr {args.lr:g}, warm-up {max(1, args.steps // 10)}, grad clip {BASE_TRAIN['grad_clip']}, 1 BM25 hard negative per question "
         f"unless the row says otherwise (BM25: {args.bm25_backend}, k1 0.9, b 0.4, top-100 without an answer, mined once), "
