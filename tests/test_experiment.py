@@ -43,10 +43,10 @@ def tiny(squad4, pretrained, stages, seeds=(1, 2)) -> list[str]:
 SWEEP = ["row=dpr,hybrid", "seed=1,2"]  # on the command line, over the table's own sweep
 
 
-def run_script(args: list[str], **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+def run_script(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "experiment.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600, **kwargs)
+                          timeout=600)
 
 
 def records(sweep: Path) -> dict[tuple[str, int], dict]:
@@ -290,3 +290,17 @@ def test_the_report_sets_each_row_beside_its_papers_figures(tmp_path):
                                                     "top_k": {"20": top20, "100": 80.0}, "reference": {"top20": 78.4, "top100": None}}))
     table = reference_table(read_runs([str(tmp_path)]))
     assert "| DPR | NQ | top-20 | 78.4 | 71.0 (2 run(s)) | -7.4 |" in table and "top-100" not in table  # not reported: no row
+
+
+@pytest.mark.slow
+def test_a_rows_training_stage_runs_under_torchrun_with_several_processes(squad4, tiny_pretrained, tmp_path):
+    """processes=2 (as a job with 2 GPUs would by default): the training stage runs torchrun with one
+    rank each (here gloo on the CPU) and the row ends with its results."""
+    done = run_script([*tiny(squad4, tiny_pretrained, tmp_path / "stages"), "row=dpr", "seed=1", "processes=2", f"hydra.run.dir={tmp_path / 'run'}"],
+                      env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TASER_DIST_INIT": f"file://{tmp_path / 'rendezvous'}"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "run" / "experiment.json").read_text())
+    train_dir = next(Path(s["dir"]) for s in record["stages"] if s["stage"] == "train dpr")
+    summary = json.loads((train_dir / "train_summary.json").read_text())
+    assert summary["steps"] == 3 and (train_dir / "final" / "model.safetensors").is_file() and not (train_dir / "checkpoint").exists()
+    assert "training on 2 processes" in done.stderr and (tmp_path / "run" / "retrieval" / "results.json").is_file()
