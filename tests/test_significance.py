@@ -21,8 +21,12 @@ def test_winning_every_question_gives_the_smallest_p():
     # exact test (2^n <= resamples): only "all +1" and "all -1" reach |statistic| = n, so p = 2 / 2^n
     for n in (4, 8, 12):
         assert paired_test([1.0] * n, [0.0] * n) == pytest.approx(2 / 2**n) == smallest_p(n)
-    # Monte Carlo (2^n > resamples): no random flip reaches the observed, and scipy counts the observed itself: 2 / (resamples + 1)
-    assert paired_test([1.0] * 40, [0.0] * 40, resamples=999) == pytest.approx(2 / 1000) == smallest_p(40, 999)
+    # exact however many questions (no floor of 2 / (resamples + 1)): outcomes on a lattice
+    assert paired_test([1.0] * 40, [0.0] * 40, resamples=999) == pytest.approx(2 / 2**40, rel=1e-9) == smallest_p(40)
+    # Monte Carlo only where the differences share no lattice: no random flip reaches the observed, and scipy
+    # counts the observed itself: 2 / (resamples + 1)
+    irrational = [1.0 + (2**0.5) * (i % 2) + 1e-3 * 3**0.5 * i for i in range(40)]
+    assert paired_test(irrational, [0.0] * 40, resamples=999) == pytest.approx(2 / 1000) == smallest_p(40, 999, exact=False)
     # and on percent outcomes, as the report passes them
     assert paired_test([100.0] * 8, [0.0] * 8) == pytest.approx(2 / 256)
 

@@ -7,11 +7,12 @@ EntityQuestions' macro average. Both tests below use that weighted mean.
 
 - `paired_test`: two systems on the same questions, the difference of their figures; under the
   null hypothesis each question's pair of outcomes is exchangeable, so the test flips the sign
-  of each question's difference at random (`scipy.stats.permutation_test`, permutation_type
-  "samples", two-sided). With n questions and 2**n <= `resamples` every flip is enumerated (an
-  exact test, whose smallest p-value is 2 / 2**n); otherwise `resamples` random flips, whose
-  smallest p-value is 2 / (resamples + 1) (scipy counts the observed statistic among them).
-  Identical outcomes give p = 1.
+  of each question's difference. Its p-value is exact whenever the weighted differences lie on a
+  common lattice (`exact_sign_flip_p`: top-k and EM outcomes, averaged over a few seeds, take a
+  few values): the distribution of the sum of the flipped differences is the convolution of one
+  binomial per distinct magnitude, computed exactly, so there is no resampling noise and no floor.
+  Otherwise (continuous metrics: nDCG, MRR) `resamples` random flips (`scipy.stats.permutation_test`),
+  whose smallest p-value is 2 / (resamples + 1). Identical outcomes give p = 1.
 - `holm`: Holm's step-down adjustment of several p-values (family-wise error rate).
 - `bootstrap_interval`: the percentile interval of the weighted mean over questions resampled with
   replacement (`scipy.stats.bootstrap`).
@@ -43,9 +44,76 @@ def _paired(a, b) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+EXACT_SUPPORT = 4_000_000  # lattice points of the exact distribution at most (beyond: Monte Carlo)
+
+
+def _lattice(magnitudes: np.ndarray, max_denominator: int = 720) -> np.ndarray | None:
+    """Integers k with magnitudes = k x (a common unit), or None when they have none within
+    `max_denominator` of the smallest (a few seeds' averages of 0/1 outcomes always do)."""
+    from fractions import Fraction
+    from math import lcm
+
+    unit = float(magnitudes.min())
+    ratios = {}
+    for value in np.unique(magnitudes):
+        r = float(value) / unit
+        f = Fraction(r).limit_denominator(max_denominator)
+        if abs(float(f) - r) > 1e-9 * max(1.0, r):
+            return None
+        ratios[float(value)] = f
+    scale = lcm(*(f.denominator for f in ratios.values()))
+    return np.array([int(ratios[float(v)] * scale) for v in magnitudes], dtype=np.int64)
+
+
+def exact_sign_flip_p(differences: Sequence[float], weights: Sequence[float] | None = None, max_support: int = EXACT_SUPPORT) -> float | None:
+    """The exact two-sided p-value of the sign-flip test of sum_i w_i d_i = 0: P(|sum_i s_i w_i d_i| >= |observed|)
+    over the 2**n equally likely signs, or None when the w_i d_i share no small lattice (see `_lattice`)."""
+    from scipy.stats import binom
+
+    d = np.asarray(differences, dtype=float)
+    x = d * _weights(len(d), weights)
+    nonzero = np.abs(x[np.abs(x) > 1e-15 * max(1.0, float(np.abs(x).max(initial=0.0)))])
+    if not len(nonzero):
+        return 1.0
+    k = _lattice(nonzero)
+    if k is None or int(k.sum()) > max_support:
+        return None
+    signs = np.sign(x[np.abs(x) > 1e-15 * max(1.0, float(np.abs(x).max(initial=0.0)))])
+    observed = int(np.sum(signs * k))
+    total = int(k.sum())
+    dist = np.ones(1)  # P(sum = v) at index v + (current support): the support grows with each magnitude
+    support = 0
+    for value, count in zip(*np.unique(k, return_counts=True)):
+        value, count = int(value), int(count)
+        pmf = binom.pmf(np.arange(count + 1), count, 0.5)  # j of count positive: sum value x (2j - count)
+        spaced = np.zeros(2 * value * count + 1)
+        spaced[:: 2 * value] = pmf
+        dist = np.convolve(dist, spaced)
+        support += value * count
+    assert support == total and len(dist) == 2 * total + 1
+    values = np.arange(-total, total + 1)
+    p = float(dist[np.abs(values) >= abs(observed)].sum())
+    return min(1.0, float(f"{p:.12g}"))  # the sum's last bits are rounding: 2/64 prints as 0.0625, not 0.06250000000000001
+
+
+def sign_flip_test(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None,
+                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, str]:
+    """(p, how): the paired sign-flip test's two-sided p-value, exact where `exact_sign_flip_p`
+    can compute it ("exact"), else over `resamples` random flips ("Monte Carlo, N flips")."""
+    a, b = _paired(a, b)
+    exact = exact_sign_flip_p(a - b, weights)
+    if exact is not None:
+        return exact, "exact"
+    return _monte_carlo_p(a, b, weights, resamples, seed), f"Monte Carlo, {resamples} flips"
+
+
 def paired_test(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None,
                 resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> float:
-    """Two-sided p-value of the paired randomization test of sum_i w_i (a_i - b_i) = 0."""
+    """Two-sided p-value of the paired sign-flip test of sum_i w_i (a_i - b_i) = 0 (exact where it can be)."""
+    return sign_flip_test(a, b, weights, resamples, seed)[0]
+
+
+def _monte_carlo_p(a, b, weights, resamples: int, seed: int) -> float:
     from scipy.stats import permutation_test
 
     a, b = _paired(a, b)
@@ -59,11 +127,10 @@ def paired_test(a: Sequence[float], b: Sequence[float], weights: Sequence[float]
     return float(result.pvalue)
 
 
-def smallest_p(n_questions: int, resamples: int = DEFAULT_RESAMPLES) -> float:
-    """The smallest p-value `paired_test` can return for n questions (exact below 2**n <= resamples)."""
-    if n_questions < 64 and 2**n_questions <= resamples:
-        return 2.0 / 2**n_questions
-    return 2.0 / (resamples + 1)
+def smallest_p(n_questions: int, resamples: int = DEFAULT_RESAMPLES, exact: bool = True) -> float:
+    """The smallest p-value `paired_test` can return for n questions: 2 / 2**n when exact (it is
+    exact wherever the outcomes lie on a lattice), else 2 / (resamples + 1)."""
+    return 2.0 / 2**n_questions if exact else 2.0 / (resamples + 1)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

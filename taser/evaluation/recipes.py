@@ -1,0 +1,192 @@
+"""Claims about training recipes: the seed as a random effect.
+
+Two trained systems differ by recipe *and* by the luck of their seeds. A test over questions alone
+(`taser.evaluation.significance.paired_test` on seed-averaged outcomes) asks whether *these runs*
+differ; it leaves out how much another set of seeds would move the difference. Here each run's
+per-question outcomes enter a crossed question x seed model of the differences:
+
+    paired by seed (both systems trained with seeds s = 1..S, same batch order):
+        d_si = a_si - b_si = delta + u_s + v_i + e_si
+    u_s: the seed's effect on the difference (recipe x seed), v_i: the question's, e_si: the rest.
+
+A seed effect shared by both recipes (the batch order) cancels in d_si: the reason to pair by seed.
+From the two-way ANOVA mean squares of the S x Q table of d (MS_seed, MS_question, MS_residual),
+Var(mean d) = sigma_u^2 / S + sigma_v^2 / Q + sigma_e^2 / (S Q) is estimated by
+(MS_seed + MS_question - MS_residual) / (S Q), with Satterthwaite's degrees of freedom, and the
+two-sided p-value comes from Student's t. Seeds that do not match (or runs of different seed sets)
+take the unpaired variant: each system's own seed variance over its own seeds, plus the questions'.
+
+The interval is a two-level bootstrap (seeds with replacement, then questions with replacement;
+paired: the same seeds and questions for both systems), and `detectable` gives the smallest
+difference the design detects at the given power, and `seeds_needed` how many matched seeds a
+given difference needs at the observed variance components.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class Components:
+    """Variance components of the differences (per (seed, question) cell), from the ANOVA's mean squares."""
+
+    seed: float  # sigma_u^2: the recipe x seed interaction (unpaired: both systems' seed variances, scaled to S)
+    question: float  # sigma_v^2
+    residual: float  # sigma_e^2
+    seeds: int
+    questions: int
+
+    def variance(self, seeds: int | None = None) -> tuple[float, float]:
+        """(Var(mean difference), Satterthwaite's df) with `seeds` matched seeds (default: the observed number)."""
+        s, q = seeds or self.seeds, self.questions
+        ms_seed = self.residual + q * self.seed
+        ms_question = self.residual + s * self.question
+        ms_residual = self.residual
+        return _variance_and_df(ms_seed, ms_question, ms_residual, s, q)
+
+
+def _variance_and_df(ms_seed: float, ms_question: float, ms_residual: float, s: int, q: int) -> tuple[float, float]:
+    combined = ms_seed + ms_question - ms_residual
+    floor = max(ms_residual, 1e-300) / (s * q)
+    variance = max(combined / (s * q), floor)
+    if combined <= 0:
+        return variance, float((s - 1) * (q - 1))
+    df = combined**2 / (ms_seed**2 / (s - 1) + ms_question**2 / (q - 1) + ms_residual**2 / ((s - 1) * (q - 1)))
+    return variance, float(df)
+
+
+@dataclass
+class RecipeTest:
+    delta: float  # mean over seeds and questions of system minus baseline (weighted over questions)
+    se: float
+    df: float
+    p: float  # two-sided, Student's t with Satterthwaite's df
+    design: str  # "paired by seed" or "unpaired"
+    seeds: tuple  # the matched seeds (paired), or (mine, baseline's) counts (unpaired)
+    components: Components | None = None  # paired only
+    interval: tuple[float, float] | None = None
+    extra: dict = field(default_factory=dict)
+
+    def detectable(self, alpha: float = 0.05, power: float = 0.8) -> float:
+        """The smallest |difference| this design detects with probability `power` at level `alpha` (two-sided)."""
+        return detectable_difference(self.se, self.df, alpha, power)
+
+
+def detectable_difference(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """(t_{1 - alpha/2, df} + t_{power, df}) x se: the effect whose t-test rejects with probability about `power`."""
+    from scipy.stats import t
+
+    return float((t.ppf(1 - alpha / 2, df) + t.ppf(power, df)) * se)
+
+
+def _weights(q: int, weights) -> np.ndarray:
+    if weights is None:
+        return np.full(q, 1.0 / q)
+    w = np.asarray(weights, dtype=float)
+    return w / w.sum()
+
+
+def _anova(d: np.ndarray) -> tuple[float, float, float]:
+    """Mean squares (seed, question, residual) of an S x Q table without replication."""
+    s, q = d.shape
+    grand = d.mean()
+    rows, cols = d.mean(axis=1), d.mean(axis=0)
+    ms_seed = q * np.sum((rows - grand) ** 2) / (s - 1)
+    ms_question = s * np.sum((cols - grand) ** 2) / (q - 1)
+    resid = d - rows[:, None] - cols[None, :] + grand
+    ms_residual = np.sum(resid**2) / ((s - 1) * (q - 1))
+    return float(ms_seed), float(ms_question), float(ms_residual)
+
+
+def paired_by_seed(a: np.ndarray, b: np.ndarray, weights: Sequence[float] | None = None, seeds: Sequence = ()) -> RecipeTest:
+    """The crossed question x seed test of a (S x Q) against b (S x Q), row s of both trained with seed s."""
+    from scipy.stats import t
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] < 2 or a.shape[1] < 2:
+        raise ValueError(f"paired by seed needs two equal S x Q tables with S >= 2 seeds and Q >= 2 questions, got {a.shape} and {b.shape}")
+    s, q = a.shape
+    w = _weights(q, weights)
+    d = (a - b) * (w * q)[None, :]  # weighted: the plain mean of d is the weighted figure's difference
+    ms = _anova(d)
+    variance, df = _variance_and_df(*ms, s, q)
+    delta = float(d.mean())
+    se = float(np.sqrt(variance))
+    p = float(2 * t.sf(abs(delta) / se, df)) if se > 0 else (1.0 if delta == 0 else 0.0)
+    ms_seed, ms_question, ms_residual = ms
+    components = Components(max(0.0, (ms_seed - ms_residual) / q), max(0.0, (ms_question - ms_residual) / s), ms_residual, s, q)
+    return RecipeTest(delta, se, df, min(1.0, p), "paired by seed", tuple(seeds), components)
+
+
+def unpaired(a: np.ndarray, b: np.ndarray, weights: Sequence[float] | None = None) -> RecipeTest:
+    """Systems whose seeds do not match: a (S_a x Q), b (S_b x Q) on the same questions. Var(difference)
+    = each system's seed variance over its seeds + the questions' variance of the seed-averaged
+    difference over Q; Welch-Satterthwaite's df."""
+    from scipy.stats import t
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or min(a.shape[0], b.shape[0]) < 1 or a.shape[1] < 2:
+        raise ValueError(f"unpaired runs need S x Q tables on the same Q >= 2 questions, got {a.shape} and {b.shape}")
+    q = a.shape[1]
+    w = _weights(q, weights)
+    terms, dfs = [], []
+    for x in (a, b):
+        if x.shape[0] >= 2:
+            ms_seed, _, ms_residual = _anova(x * (w * q)[None, :])
+            seed_var = max(0.0, (ms_seed - ms_residual) / q)  # the seed effect on this system's figure
+            terms.append(seed_var / x.shape[0])
+            dfs.append(x.shape[0] - 1)
+    d = (a.mean(axis=0) - b.mean(axis=0)) * (w * q)
+    terms.append(float(np.var(d, ddof=1)) / q)
+    dfs.append(q - 1)
+    variance = sum(terms)
+    df = variance**2 / sum(term**2 / k for term, k in zip(terms, dfs) if term > 0) if variance > 0 else float(q - 1)
+    delta = float(d.mean())
+    se = float(np.sqrt(variance))
+    p = float(2 * t.sf(abs(delta) / se, df)) if se > 0 else (1.0 if delta == 0 else 0.0)
+    return RecipeTest(delta, se, float(df), min(1.0, p), "unpaired", (a.shape[0], b.shape[0]))
+
+
+def two_level_interval(a: np.ndarray, b: np.ndarray | None, weights=None, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0,
+                       paired: bool = True) -> tuple[float, float]:
+    """The percentile interval of the difference (or of a's figure, b None) over seeds drawn with
+    replacement, then questions drawn with replacement (paired: one draw of each for both systems)."""
+    rng = np.random.default_rng(seed)
+    a = np.asarray(a, dtype=float)
+    q = a.shape[1]
+    w = _weights(q, weights) * q
+    if b is None:
+        tables = [a * w]
+    elif paired:
+        tables = [(a - np.asarray(b, dtype=float)) * w]
+    else:
+        tables = [a * w, -np.asarray(b, dtype=float) * w]
+    draws = np.empty(resamples)
+    for start in range(0, resamples, BATCH):
+        n = min(BATCH, resamples - start)
+        questions = rng.integers(0, q, size=(n, q))
+        total = np.zeros(n)
+        for table in tables:
+            s = table.shape[0]
+            per_seed = table[:, questions].mean(axis=2)  # (S, n): each seed's figure on the drawn questions
+            picked = rng.integers(0, s, size=(n, s))
+            total += np.take_along_axis(per_seed.T, picked, axis=1).mean(axis=1)
+        draws[start : start + n] = total
+    low, high = np.quantile(draws, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
+def seeds_needed(components: Components, difference: float, alpha: float = 0.05, power: float = 0.8, most: int = 200) -> int | None:
+    """The fewest matched seeds whose design detects |difference| at `power` (at the observed
+    variance components and number of questions); None when even `most` seeds do not."""
+    for s in range(2, most + 1):
+        variance, df = components.variance(s)
+        if detectable_difference(float(np.sqrt(variance)), df, alpha, power) <= abs(difference):
+            return s
+    return None
