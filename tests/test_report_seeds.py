@@ -69,8 +69,9 @@ def test_report_over_seeds_marks_significance(seeded_runs, tmp_path):
     taser1 = comparison.cells[("taser", "SQuAD", "top-1")]
     assert taser1.spread.n == 3 and taser1.spread.mean == pytest.approx(mean) and taser1.spread.std == pytest.approx(std)
     assert taser1.p_holm < 0.05 and taser1.p_holm >= taser1.p
+    assert taser1.recipe.design == "paired by seed" and taser1.recipe.seeds == (1, 2, 3) and taser1.recipe_holm < 0.05  # the mark's test
     assert comparison.cells[("BM25", "SQuAD", "top-1")].p_holm > 0.05
-    assert "Holm" in text and "3 training seed(s)" in text and "SQuAD: 200" in text and "scipy.stats.permutation_test" in text
+    assert "Holm" in text and "3 training seed(s)" in text and "SQuAD: 200" in text and "sign-flip test" in text and "crossed question x seed model" in text
     assert "## Paired differences against dpr" in text
     # the plot shades the spread over seeds
     assert (tmp_path / "report" / "topk-SQuAD.png").read_bytes()[:4] == b"\x89PNG"

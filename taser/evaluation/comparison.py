@@ -1,11 +1,16 @@
 """The statistics behind a report table: for each system, dataset and metric, the figure over
-seeds (mean ± standard deviation, n), a bootstrap confidence interval over questions, and the
-paired test against a baseline system, Holm-corrected across the table's comparisons.
+seeds (mean ± standard deviation, n, from the unrounded per-question outcomes), a bootstrap
+confidence interval, and the tests against a baseline system, each family Holm-corrected across
+the table's comparisons.
 
-Per question, a system's outcome is averaged over its seeds first (`taser.evaluation.seeds`);
-the interval and the test are over questions (`taser.evaluation.significance`). So for a
-seeded system the interval says how much the figure would move with other questions, not with
-other seeds: the ± (over seeds) says that. Seedless systems (BM25, zero-shot) have only the interval.
+Two tests, for two claims:
+- **the recipe** (`taser.evaluation.recipes`), when both systems have several training seeds: the
+  seed is a random effect, runs paired by seed where the seeds match. Its Holm-adjusted p-value
+  decides the mark (†), and its interval is a two-level bootstrap (seeds, then questions).
+- **these runs** (`taser.evaluation.significance`), always: per question the outcome averaged over
+  the seeds, then the exact sign-flip test over questions. It says whether these trained models
+  differ on these questions, and decides the mark only where a system has one seed or none (BM25,
+  zero-shot, a single run).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import numpy as np
 
 from taser.evaluation.runs import RunResult
 from taser.evaluation.seeds import Outcomes, Spread, mean_outcomes, over_seeds
-from taser.evaluation.significance import DEFAULT_RESAMPLES, bootstrap_interval, holm, paired_test
+from taser.evaluation.recipes import RecipeTest, paired_by_seed, two_level_interval, unpaired
+from taser.evaluation.significance import DEFAULT_RESAMPLES, bootstrap_interval, holm, sign_flip_test
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +47,21 @@ class StatsSettings:
 
 @dataclass
 class Cell:
-    spread: Spread  # the figure of each run (results.json), over seeds
-    interval: tuple[float, float] | None = None  # bootstrap over questions of the seed-averaged outcome
+    spread: Spread  # the figure of each run (from its per-question outcomes when written), over seeds
+    interval: tuple[float, float] | None = None  # bootstrap: seeds then questions (several seeds), else questions
     delta: float | None = None  # this system's figure minus the baseline's, from the per-question outcomes
-    p: float | None = None  # the paired test against the baseline
+    p: float | None = None  # these runs: the exact sign-flip test over questions of the seed-averaged outcomes
     p_holm: float | None = None
-    significant: bool = False
+    p_method: str | None = None  # "exact", or "Monte Carlo, N flips"
+    runs_se: float | None = None  # standard error of delta over questions (these runs): for the detectable difference
+    recipe: RecipeTest | None = None  # the recipe: seeds as a random effect (both systems with several seeds)
+    recipe_holm: float | None = None
+    significant: bool = False  # the recipe's adjusted p < alpha where it was tested, else these runs'
+
+    @property
+    def deciding_p(self) -> float | None:
+        """The adjusted p-value the mark rests on."""
+        return self.recipe_holm if self.recipe is not None else self.p_holm
 
 
 @dataclass
@@ -56,7 +71,9 @@ class Comparison:
     seeds: dict[str, int] = field(default_factory=dict)  # system -> runs (seeds) per dataset, the most of its datasets
     seeded: dict[str, bool] = field(default_factory=dict)  # system -> whether its runs record a training seed
     questions: dict[str, int] = field(default_factory=dict)  # dataset -> questions with per-query outcomes
-    tests: int = 0  # comparisons corrected together
+    tests: int = 0  # comparisons of these runs, corrected together
+    recipe_tests: int = 0  # recipe comparisons, corrected together
+    methods: set = field(default_factory=set)  # how the p-values over questions were computed
 
     @property
     def has_intervals(self) -> bool:
@@ -64,17 +81,75 @@ class Comparison:
 
 
 def figure(run: RunResult, metric: str) -> float | None:
-    """The run's figure on a report metric ("top-20" or a BEIR metric), as in its results.json."""
+    """The run's figure on a report metric ("top-20" or a BEIR metric): from its per-question
+    outcomes when it wrote them (results.json rounds to 2 decimals), else from results.json."""
     value = run.top_k.get(metric.removeprefix("top-")) if metric.startswith("top-") else run.metrics.get(metric)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    if run.per_query is not None:
+        if metric not in run.figures:
+            try:
+                one = mean_outcomes([(str(run.path), run.per_query)], metric)
+                run.figures[metric] = float(np.sum(one.weights * one.values))
+            except ValueError:
+                run.figures[metric] = float(value)
+        return run.figures[metric]
+    return float(value)
 
 
 def paired_difference(mine: Outcomes, other: Outcomes, settings: StatsSettings) -> tuple[float, float]:
     """(mine's figure minus other's, the paired test's p) over the same questions; `other` is
     aligned to mine's order (ValueError when they are not the same questions)."""
+    delta, p, _ = paired_difference_how(mine, other, settings)
+    return delta, p
+
+
+def paired_difference_how(mine: Outcomes, other: Outcomes, settings: StatsSettings) -> tuple[float, float, str]:
+    """`paired_difference` and how its p-value was computed."""
     theirs = other.aligned(mine.ids)
     delta = float(np.sum(mine.weights * (mine.values - theirs)))
-    return delta, paired_test(mine.values, theirs, mine.weights, settings.resamples, settings.seed)
+    p, how = sign_flip_test(mine.values, theirs, mine.weights, settings.resamples, settings.seed)
+    return delta, p, how
+
+
+def runs_standard_error(mine: Outcomes, other: Outcomes) -> float:
+    """The standard error over questions of the weighted mean difference (questions independent)."""
+    d = mine.values - other.aligned(mine.ids)
+    w = mine.weights
+    q = len(d)
+    mean = float(np.sum(w * d))
+    return float(np.sqrt(np.sum(w**2 * (d - mean) ** 2) * q / max(q - 1, 1)))
+
+
+def seed_table(runs: Sequence[RunResult], metric: str, ids: Sequence[str]) -> tuple[list, np.ndarray, np.ndarray] | None:
+    """(seeds, S x Q outcomes in `ids`' order, weights) of a system's seeded runs with per-question
+    outcomes; None when fewer than two runs qualify."""
+    usable = [r for r in runs if r.seed is not None and r.per_query is not None and figure(r, metric) is not None]
+    if len(usable) < 2 or len({r.seed for r in usable}) != len(usable):
+        return None
+    rows = [mean_outcomes([(str(r.path), r.per_query)], metric) for r in usable]
+    return [r.seed for r in usable], np.stack([o.aligned(ids) for o in rows]), rows[0].weights if tuple(rows[0].ids) == tuple(ids) else None
+
+
+def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: str, ids: Sequence[str], weights,
+                settings: StatsSettings) -> RecipeTest | None:
+    """The seed-aware test of two systems' recipes (None unless both have two or more seeded runs)."""
+    a, b = seed_table(mine, metric, ids), seed_table(base, metric, ids)
+    if a is None or b is None:
+        return None
+    (seeds_a, table_a, _), (seeds_b, table_b, _) = a, b
+    matched = sorted(set(seeds_a) & set(seeds_b))
+    if len(matched) >= 2:
+        rows_a = table_a[[seeds_a.index(s) for s in matched]]
+        rows_b = table_b[[seeds_b.index(s) for s in matched]]
+        test = paired_by_seed(rows_a, rows_b, weights, matched)
+        paired = True
+    else:
+        rows_a, rows_b = table_a, table_b
+        test = unpaired(rows_a, rows_b, weights)
+        paired = False
+    test.interval = two_level_interval(rows_a, rows_b, weights, settings.confidence, settings.resamples, settings.seed, paired=paired)
+    return test
 
 
 def outcomes(runs: Sequence[RunResult], metric: str) -> Outcomes | None:
@@ -126,42 +201,62 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
             out.questions[dataset] = len(averaged.ids)
             if settings.bootstrap:
                 drawn = reuse.cells.get((system, dataset, metric)) if same_draws else None
-                cell.interval = (drawn.interval if drawn is not None and drawn.interval is not None else
-                                 bootstrap_interval(averaged.values, averaged.weights, settings.confidence, settings.resamples, settings.seed))
+                if drawn is not None and drawn.interval is not None:
+                    cell.interval = drawn.interval
+                else:
+                    table = seed_table(mine, metric, averaged.ids)
+                    cell.interval = (two_level_interval(table[1], None, averaged.weights, settings.confidence, settings.resamples, settings.seed)
+                                     if table is not None else
+                                     bootstrap_interval(averaged.values, averaged.weights, settings.confidence, settings.resamples, settings.seed))
             if base is not None and system != settings.baseline:
                 try:
-                    cell.delta, cell.p = paired_difference(averaged, base, settings)
+                    cell.delta, cell.p, cell.p_method = paired_difference_how(averaged, base, settings)
+                    cell.runs_se = runs_standard_error(averaged, base)
+                    cell.recipe = recipe_test(mine, base_runs, metric, averaged.ids, averaged.weights, settings)
                 except ValueError as e:
                     raise ValueError(f"{system!r} and the baseline {settings.baseline!r} on {dataset}: {e}") from None
+                out.methods.add(cell.p_method)
                 pending.append((system, dataset, metric))
     adjusted = holm([out.cells[key].p for key in pending])
     for key, p in zip(pending, adjusted):
         out.cells[key].p_holm = p
-        out.cells[key].significant = p < settings.alpha
-    out.tests = len(pending)
+    recipes = [key for key in pending if out.cells[key].recipe is not None]
+    for key, p in zip(recipes, holm([out.cells[key].recipe.p for key in recipes])):
+        out.cells[key].recipe_holm = p
+    for key in pending:
+        out.cells[key].significant = out.cells[key].deciding_p < settings.alpha
+    out.tests, out.recipe_tests = len(pending), len(recipes)
     return out
 
 
 def note(comparison: Comparison) -> list[str]:
-    """What the table's ±, n, intervals and marks mean, and how many seeds and questions they rest on (a sentence or two each)."""
+    """What the table's ±, n, intervals and marks mean, which test each mark rests on, its family,
+    and how many seeds and questions they rest on (a sentence or two each)."""
     s = comparison.settings
     seeds = sorted({n for system, n in comparison.seeds.items() if comparison.seeded.get(system)})
     parts = []
     if seeds:
         counts = "/".join(str(n) for n in seeds)
-        parts.append(f"Trained systems: mean ± sample standard deviation over {counts} training seed(s) (the `seeds` column: n); "
-                     "a single seed shows no ±. BM25 and untrained models have no seed.")
+        parts.append(f"Trained systems: mean ± sample standard deviation over {counts} training seed(s) (the `seeds` column: n), computed "
+                     "from each run's unrounded per-question outcomes; a single seed shows no ±. BM25 and untrained models have no seed.")
     questions = ", ".join(f"{d}: {n:,}" for d, n in comparison.questions.items())
     if comparison.has_intervals:
-        parts.append(f"[a, b]: {s.confidence:.0%} percentile-bootstrap interval over questions ({s.resamples:,} resamples; {questions}) of "
-                     "each question's outcome averaged over the system's seeds (for seedless systems the only interval; for seeded "
-                     "ones it reflects the questions, the ± the seeds).")
+        parts.append(f"[a, b]: {s.confidence:.0%} percentile-bootstrap interval ({s.resamples:,} resamples; {questions} questions): for a "
+                     "system with several seeds, seeds drawn with replacement, then questions (how far the recipe's figure could move with "
+                     "other seeds and other questions); for a seedless or single-seed system, questions only.")
     if s.baseline is not None:
         if comparison.tests:
-            parts.append(f"†: differs from **{s.baseline}** at p < {s.alpha:g} after Holm's correction over the table's {comparison.tests} "
-                         "comparison(s); paired randomization test, two-sided (scipy.stats.permutation_test, sign flips of each question's "
-                         f"difference of outcomes, averaged over seeds first; {s.resamples:,} resamples, exact when 2^questions is fewer; "
-                         f"{questions} questions).")
+            how = ", ".join(sorted(comparison.methods)) or "exact"
+            if comparison.recipe_tests:
+                parts.append(f"†: the **recipe** differs from **{s.baseline}**'s at p < {s.alpha:g}, where both have several seeds: a crossed "
+                             "question x seed model of the per-question differences, runs paired by seed where the seeds match (else "
+                             "unpaired), Student's t with Satterthwaite's df, two-sided, after Holm's correction over the table's "
+                             f"{comparison.recipe_tests} recipe comparison(s) (the family: this table, not the study).")
+            parts.append(f"{'Where a system has one seed or none, † rests on' if comparison.recipe_tests else '†: differs from **' + s.baseline + '** at p < ' + format(s.alpha, 'g') + ' by'} "
+                         "the test of **these runs**: per question the outcome averaged over the seeds, the paired sign-flip test over "
+                         f"questions ({how} p-values; {questions} questions), two-sided, after Holm's correction over the table's "
+                         f"{comparison.tests} comparison(s) (the family: this table). It speaks of these trained models on these questions, "
+                         "not of their recipes.")
         else:
             parts.append(f"No comparison with **{s.baseline}**: the runs wrote no per-query outcomes (per_query.jsonl).")
     return parts

@@ -123,7 +123,8 @@ def markdown_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100
 
 def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
                       beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """Each system's difference from the baseline (seed-averaged, per question) with its Holm-adjusted p-value."""
+    """Each system's difference from the baseline (seed-averaged, per question) with its Holm-adjusted
+    p-values: the recipe's (`recipe p`, seeds as a random effect) where both have several seeds, and these runs' (`runs p`)."""
     if not comparison.tests:
         return ""
     columns = [c for c in _columns(runs, ks, beir_metrics) if any(k[1:] == c[:2] and v.p is not None for k, v in comparison.cells.items())]
@@ -135,11 +136,58 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
             cell = comparison.cells.get((system, dataset, metric))
             if cell is None or cell.p_holm is None:
                 cells.append("–")
+            elif cell.recipe is not None:
+                cells.append(f"{_signed(cell.delta, metric)} (recipe p={cell.recipe_holm:.2g}; runs p={cell.p_holm:.2g})"
+                             + (f" {SIGNIFICANT}" if cell.significant else ""))
             else:
                 cells.append(f"{_signed(cell.delta, metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
         if system != comparison.settings.baseline:
             lines.append("| " + " | ".join([system, *cells]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                     beir_metrics: Sequence[str] = ("nDCG@10",), power: float = 0.8) -> str:
+    """Per column: the smallest difference detectable at `power` (alpha as the table's, before Holm)
+    by the recipe test (median over the systems tested, at their seeds) and by the test of these
+    runs; and the matched seeds a recipe test would need for 1 and 2 points (at the observed variance)."""
+    from taser.evaluation.recipes import seeds_needed
+
+    alpha = comparison.settings.alpha
+    lines = []
+    for dataset, metric, label in _columns(runs, ks, beir_metrics):
+        cells = [c for k, c in comparison.cells.items() if k[1:] == (dataset, metric) and c.p is not None]
+        recipes = [c.recipe for c in cells if c.recipe is not None and c.recipe.design == "paired by seed"]
+        runs_mdd = [_runs_detectable(c, alpha, power) for c in cells]
+        runs_mdd = [m for m in runs_mdd if m is not None]
+        if not recipes and not runs_mdd:
+            continue
+        recipe_mdd = sorted(r.detectable(alpha, power) for r in recipes)
+        seeds = sorted({len(r.seeds) for r in recipes})
+        median = recipe_mdd[len(recipe_mdd) // 2] if recipe_mdd else None
+        need = {}
+        for target in (1.0, 2.0):
+            counts = sorted(n for n in (seeds_needed(r.components, target, alpha, power) for r in recipes) if n is not None)
+            need[target] = (str(counts[len(counts) // 2]) if counts and len(counts) == len(recipes) else ("> 200" if recipes else "–"))
+        lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
+                     f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
+                     f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | {need[1.0]} | {need[2.0]} |")
+    if not lines:
+        return ""
+    return ("| column | recipe test (median over systems) | these runs, over questions | seeds for a 1-point recipe difference | "
+            "for 2 points |\n|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
+            f"The difference each test detects with probability {power:.0%} at p < {alpha:g} (two-sided, before Holm's correction): "
+            "a 'no difference' in this table means no difference larger than about this. Recipe test: (t_{1-α/2} + t_{power}) x its standard "
+            "error, at the seeds and questions here; seeds needed: the fewest matched seeds whose design reaches that difference at the "
+            "observed variance components (median over the systems tested). These runs: the same over questions alone, which says "
+            "nothing of other seeds.\n")
+
+
+def _runs_detectable(cell, alpha: float, power: float) -> float | None:
+    """The question-only test's detectable difference: (z_{1-α/2} + z_{power}) x its standard error over questions."""
+    from scipy.stats import norm
+
+    return None if cell.runs_se is None else float((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * cell.runs_se)
 
 
 def _signed(value: float, metric: str) -> str:
@@ -327,7 +375,12 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     differences = differences_table(runs, comparison, ks, beir_metrics)
     if differences:
         text += (f"\n## Paired differences against {comparison.settings.baseline}\n\n" + differences
-                 + "\nΔ: the system's figure minus the baseline's (per question, seeds averaged); p: Holm-adjusted.\n")
+                 + "\nΔ: the system's figure minus the baseline's (per question, seeds averaged); p: Holm-adjusted. recipe p: seeds as "
+                 "a random effect (runs paired by seed); runs p: these runs over questions (exact sign flips); † follows the recipe p "
+                 "where there is one.\n")
+        power = detectable_table(runs, comparison, ks, beir_metrics)
+        if power:
+            text += (f"\n## The smallest difference this table can see (against {comparison.settings.baseline})\n\n" + power)
     by_seed = seed_by_seed_table(runs, comparison, ks, beir_metrics)
     if by_seed:
         text += f"\n## Against {comparison.settings.baseline}, seed by seed\n\n" + by_seed
