@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from taser.evaluation.recipes import RecipeTest, paired_by_seed, two_level_interval, unpaired
 from taser.evaluation.runs import RunResult
 from taser.evaluation.seeds import Outcomes, Spread, mean_outcomes, over_seeds
-from taser.evaluation.recipes import RecipeTest, paired_by_seed, two_level_interval, unpaired
 from taser.evaluation.significance import DEFAULT_RESAMPLES, bootstrap_interval, holm, sign_flip_test
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,9 @@ def note(comparison: Comparison) -> list[str]:
                              "question x seed model of the per-question differences, runs paired by seed where the seeds match (else "
                              "unpaired), Student's t with Satterthwaite's df, two-sided, after Holm's correction over the table's "
                              f"{comparison.recipe_tests} recipe comparison(s) (the family: this table, not the study).")
-            parts.append(f"{'Where a system has one seed or none, † rests on' if comparison.recipe_tests else '†: differs from **' + s.baseline + '** at p < ' + format(s.alpha, 'g') + ' by'} "
+            lead = ("Where a system has one seed or none, † rests on" if comparison.recipe_tests
+                    else f"†: differs from **{s.baseline}** at p < {s.alpha:g} by")
+            parts.append(f"{lead} "
                          "the test of **these runs**: per question the outcome averaged over the seeds, the paired sign-flip test over "
                          f"questions ({how} p-values; {questions} questions), two-sided, after Holm's correction over the table's "
                          f"{comparison.tests} comparison(s) (the family: this table). It speaks of these trained models on these questions, "
