@@ -119,3 +119,17 @@ def test_intervals_are_drawn_once_across_baselines(seeded_runs, monkeypatch):
     assert {k: c.p_holm for k, c in reused.cells.items()} == {k: c.p_holm for k, c in fresh.cells.items()}  # the tests are the new baseline's
     with pytest.raises(AssertionError, match="drawn again"):
         table_stats(runs, (1,), stats=StatsSettings(baseline="BM25", resamples=499), reuse=first)
+
+
+def test_the_report_says_what_difference_it_can_see_and_what_seeds_a_difference_needs(seeded_runs, tmp_path):
+    root, _ = seeded_runs
+    report = write_report(read_runs([root]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="dpr", resamples=500, seeds_for=(0.5, 3.0)))
+    text = report["markdown"]
+    section = text.split("## The smallest difference this table can see (against dpr)")[1].split("\n## ")[0]
+    assert "| matched seeds for a recipe difference of 0.5 | matched seeds for a recipe difference of 3 |" in section
+    row = next(line for line in section.splitlines() if line.startswith("| SQuAD top-1 |"))
+    recipe, runs_only = (float(c.split()[0]) for c in row.split("|")[2:4])
+    taser = report["comparison"].cells[("taser", "SQuAD", "top-1")]
+    assert recipe == pytest.approx(taser.recipe.detectable(0.05, 0.8), abs=0.051) and "(3 seeds)" in row
+    assert 0 < runs_only  # over questions alone
+    assert "no difference larger than about this" in section

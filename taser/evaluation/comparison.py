@@ -37,6 +37,8 @@ class StatsSettings:
     confidence: float = 0.95  # of the bootstrap interval
     bootstrap: bool = True  # compute the intervals
     seed: int = 0  # of the resampling: a report is reproducible
+    power: float = 0.8  # of the smallest detectable difference
+    seeds_for: tuple[float, ...] = (1.0, 2.0)  # differences (in the table's units) for which the report says how many matched seeds they need
 
     def __post_init__(self):
         if not 0 < self.alpha < 1 or not 0 < self.confidence < 1:

@@ -147,13 +147,13 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
 
 
 def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
-                     beir_metrics: Sequence[str] = ("nDCG@10",), power: float = 0.8) -> str:
+                     beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
     """Per column: the smallest difference detectable at `power` (alpha as the table's, before Holm)
     by the recipe test (median over the systems tested, at their seeds) and by the test of these
     runs; and the matched seeds a recipe test would need for 1 and 2 points (at the observed variance)."""
     from taser.evaluation.recipes import seeds_needed
 
-    alpha = comparison.settings.alpha
+    alpha, power, targets = comparison.settings.alpha, comparison.settings.power, tuple(comparison.settings.seeds_for)
     lines = []
     for dataset, metric, label in _columns(runs, ks, beir_metrics):
         cells = [c for k, c in comparison.cells.items() if k[1:] == (dataset, metric) and c.p is not None]
@@ -166,16 +166,18 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
         seeds = sorted({len(r.seeds) for r in recipes})
         median = recipe_mdd[len(recipe_mdd) // 2] if recipe_mdd else None
         need = {}
-        for target in (1.0, 2.0):
+        for target in targets:
             counts = sorted(n for n in (seeds_needed(r.components, target, alpha, power) for r in recipes) if n is not None)
             need[target] = (str(counts[len(counts) // 2]) if counts and len(counts) == len(recipes) else ("> 200" if recipes else "–"))
         lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
                      f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
-                     f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | {need[1.0]} | {need[2.0]} |")
+                     f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | "
+                     + " | ".join(need[t] for t in targets) + " |")
     if not lines:
         return ""
-    return ("| column | recipe test (median over systems) | these runs, over questions | seeds for a 1-point recipe difference | "
-            "for 2 points |\n|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
+    seeds_heads = " | ".join(f"matched seeds for a recipe difference of {t:g}" for t in targets)
+    return ("| column | recipe test (median over systems) | these runs, over questions | " + seeds_heads + " |\n"
+            + "|---" * (3 + len(targets)) + "|\n" + "\n".join(lines) + "\n\n"
             f"The difference each test detects with probability {power:.0%} at p < {alpha:g} (two-sided, before Holm's correction): "
             "a 'no difference' in this table means no difference larger than about this. Recipe test: (t_{1-α/2} + t_{power}) x its standard "
             "error, at the seeds and questions here; seeds needed: the fewest matched seeds whose design reaches that difference at the "

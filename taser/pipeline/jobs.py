@@ -172,7 +172,9 @@ class ReportJob:
     baseline: str | None = None  # a system's name: every other system is tested against it on the per-question outcomes (marked †)
     alpha: float = 0.05  # significance level after Holm's correction over the table's comparisons
     resamples: int = 10_000  # of the paired randomization test and of the bootstrap intervals
-    bootstrap: bool = True  # 95% bootstrap intervals over questions in each cell (runs with per_query.jsonl)
+    bootstrap: bool = True  # 95% bootstrap intervals in each cell (runs with per_query.jsonl): seeds then questions, or questions
+    power: float = 0.8  # of the "smallest difference this table can see" section
+    seeds_for: list[float] = field(default_factory=lambda: [1.0, 2.0])  # how many matched seeds would detect these differences (points)
 
     def __post_init__(self):
         self.stats_settings()  # alpha and resamples checked here
@@ -183,7 +185,7 @@ class ReportJob:
         check_beir_metrics(self.beir_metrics)
 
     def stats_settings(self) -> StatsSettings:
-        return StatsSettings(self.baseline, self.alpha, self.resamples, bootstrap=self.bootstrap)
+        return StatsSettings(self.baseline, self.alpha, self.resamples, bootstrap=self.bootstrap, power=self.power, seeds_for=tuple(self.seeds_for))
 
 
 @dataclass
