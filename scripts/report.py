@@ -6,6 +6,7 @@ and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Read
 
 `python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
 `python scripts/report.py 'runs=[outputs/eval]' baseline='dpr (model=dpr/final)'`
+`python scripts/report.py 'runs=[outputs/experiments/squad_cpu]' baseline=dpr 'inspect=[taser T=2]' inspect_k=5`  (an HTML page per system)
 """
 
 import hydra
@@ -18,7 +19,7 @@ from taser.evaluation.report import read_runs, write_report
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title, job.stats_settings())
+    report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title, job.stats_settings(), job.inspect, job.inspect_k)
     print(report["markdown"])
 
 

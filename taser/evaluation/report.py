@@ -404,7 +404,8 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
 
 
 def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequence[int | str] = (20, 100),
-                 beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results", stats: StatsSettings | None = None) -> dict:
+                 beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results", stats: StatsSettings | None = None,
+                 inspect: Sequence[str] = (), inspect_k: int = 20) -> dict:
     """`out_dir/report.md` and a `topk-<dataset>.png` per dataset with curves; returns
     {"report": path, "plots": {dataset: path}, "markdown": text, "comparison": the statistics}.
     The statistics are computed first (a bad baseline stops before any file is written), then the
@@ -417,7 +418,36 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequ
     for dataset in _in_order(r.dataset for r in runs):
         if plot_curves(runs, dataset, out / plot_file_name(dataset)) is not None:
             plots[dataset] = plot_file_name(dataset)
+    pages = inspection_pages(runs, out, inspect, inspect_k, comparison, plots, ks, beir_metrics, stats) if inspect else []
     text = report_markdown(runs, plots, ks, beir_metrics, title, comparison=comparison)
+    if pages:
+        text += "\n## Inspection pages\n\n" + "".join(f"- [{p.name}]({p.name})\n" for p in pages)
     with atomic_open(out / "report.md") as f:
         f.write(text)
-    return {"report": str(out / "report.md"), "plots": {d: str(out / f) for d, f in plots.items()}, "markdown": text, "comparison": comparison}
+    return {"report": str(out / "report.md"), "plots": {d: str(out / f) for d, f in plots.items()}, "markdown": text, "comparison": comparison,
+            "pages": [str(p) for p in pages]}
+
+
+def inspection_pages(runs: Sequence[RunResult], out: Path, systems: Sequence[str], k: int, comparison: Comparison, plots: dict,
+                     ks, beir_metrics, stats: StatsSettings | None) -> list[Path]:
+    """One page per inspected system and dataset against the baseline (`taser.evaluation.inspect_page`)."""
+    from taser.evaluation.inspect_page import page_name, write_inspection_page
+
+    baseline = comparison.settings.baseline
+    if baseline is None:
+        raise ValueError("inspect=... needs baseline=<the system to compare against>")
+    if k not in [int(x) for x in ks if str(x).isdigit()]:
+        comparison = _table_stats(runs, [*ks, k], beir_metrics, stats)[1]  # the page's column's tests
+    pages = []
+    for system in systems:
+        found = [r for r in runs if r.system == system]
+        if not found:
+            raise ValueError(f"inspect={system!r} is none of the systems: {', '.join(sorted({r.system for r in runs}))}")
+        for dataset in _in_order(r.dataset for r in found):
+            mine = [r for r in found if r.dataset == dataset]
+            theirs = [r for r in runs if r.system == baseline and r.dataset == dataset]
+            if not theirs:
+                continue
+            path = out / page_name(system, baseline, dataset, k)
+            pages.append(write_inspection_page(path, mine, theirs, k, comparison, out / plots[dataset] if dataset in plots else None))
+    return pages

@@ -175,6 +175,8 @@ class ReportJob:
     bootstrap: bool = True  # 95% bootstrap intervals in each cell (runs with per_query.jsonl): seeds then questions, or questions
     power: float = 0.8  # of the "smallest difference this table can see" section
     seeds_for: list[float] = field(default_factory=lambda: [1.0, 2.0])  # how many matched seeds would detect these differences (points)
+    inspect: list[str] = field(default_factory=list)  # systems to inspect against the baseline: an HTML page each (questions that flipped)
+    inspect_k: int = 20  # the top-k at which a question counts as found on the inspection pages
 
     def __post_init__(self):
         self.stats_settings()  # alpha and resamples checked here
