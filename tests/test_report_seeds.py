@@ -133,3 +133,22 @@ def test_the_report_says_what_difference_it_can_see_and_what_seeds_a_difference_
     assert recipe == pytest.approx(taser.recipe.detectable(0.05, 0.8), abs=0.051) and "(3 seeds)" in row
     assert 0 < runs_only  # over questions alone
     assert "no difference larger than about this" in section
+
+
+def test_the_mark_rests_on_the_recipe_test_not_on_the_test_of_these_runs(tmp_path):
+    """Would catch a † from the test over questions alone for seeded systems: here taser's seeds land
+    far apart (its luck with each seed), so these runs differ from dpr's (significant over 2,000
+    questions) but the recipe is not shown to."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    root = tmp_path / "runs"
+    for seed, shift in ((1, 0.12), (2, -0.04), (3, 0.10)):
+        base = rng.random(n)
+        write_run(root, "dpr", [1 if x < 0.5 else None for x in base], seed)
+        write_run(root, "taser", [1 if x < 0.5 + shift else None for x in base], seed)
+    report = write_report(read_runs([root]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="dpr", resamples=500))
+    cell = report["comparison"].cells[("taser", "SQuAD", "top-1")]
+    assert cell.p_holm < 1e-6 and cell.recipe.p > 0.05 and not cell.significant
+    taser_line = next(line for line in report["markdown"].splitlines() if line.startswith("| taser |"))
+    assert "†" not in taser_line
+    assert "(recipe p=" in report["markdown"] and "runs p=" in report["markdown"]
