@@ -13,6 +13,11 @@ from taser.cli import CONFIG_DIR, setup_logging, typed
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)  # a typo in a row's name is refused here, before anything loads
+    import signal
+    import sys
+
+    # SLURM's time limit (and a cancel) sends SIGTERM: exit through Python so the stage's lock is released
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from taser.pipeline.rows import run_row
 
     run_row(job)

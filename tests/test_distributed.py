@@ -265,7 +265,7 @@ def test_srun_tasks_join_as_torchruns_would(monkeypatch):
     assert info == distributed.DistInfo(5, 8, 1)
     (backend, env), = calls
     assert backend == "cpu:gloo,cuda:nccl" and (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("5", "8", "1")
-    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["LOCAL_WORLD_SIZE"]) == ("gpu07", str(20000 + 123456 % 20000), "4")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["LOCAL_WORLD_SIZE"]) == ("gpu07", str(20000 + 123456 * 7 % 20000), "4")
     assert devices == [torch.device("cuda", 0)]  # its one visible GPU, though LOCAL_RANK is 1
 
 
@@ -275,4 +275,5 @@ def test_a_batch_scripts_own_process_does_not_wait_for_others():
     assert slurm_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "n1"}) == {}  # not a srun step
     assert slurm_environment({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}) == {}
     assert slurm_environment({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "WORLD_SIZE": "2"}) == {}  # torchrun's own variables win
-    assert [first_host(n) for n in ("node1", "a[3-5],b1", "gpu[009,011-012]", "x1,y[1-2]")] == ["node1", "a3", "gpu009", "x1"]
+    assert [first_host(n) for n in ("node1", "a[3-5],b1", "gpu[009,011-012]", "x1,y[1-2]", "node[1-4]-ib", "rack[1-2]-node[01-04]")] == [
+        "node1", "a3", "gpu009", "x1", "node1-ib", "rack1-node01"]

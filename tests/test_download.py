@@ -33,10 +33,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         start = int(wanted.removeprefix("bytes=").split("-")[0]) if wanted else 0
         if start >= len(body) and wanted:
             self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{len(body)}")
             self.end_headers()
             return
         self.send_response(206 if wanted else 200)
         self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("ETag", f'"{hashlib.sha1(body).hexdigest()}"')
+        if wanted:
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.end_headers()
         cut = self.cut_after.pop(self.path, None)
         self.wfile.write(body[start:cut] if cut is not None else body[start:])

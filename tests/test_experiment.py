@@ -92,6 +92,7 @@ def test_a_table_through_the_basic_launcher_builds_each_shared_stage_once(squad4
     assert all(not s["built"] for s in recs[("hybrid", 2)]["stages"] if s["stage"] not in ("evaluate", "read"))
     results = json.loads((sweep / "hybrid" / "seed-2" / "retrieval" / "results.json").read_text())
     assert results["seed"] == 2 and results["name"] == "hybrid BM25 + dpr" and (sweep / "hybrid" / "seed-2" / "retrieval" / "per_query.jsonl").is_file()
+    assert (sweep / "hybrid" / "seed-2" / "retrieval" / "retrieval.json").is_file()  # the passages, for report.py inspect=...
     assert recs[("dpr", 1)]["machine"] and "table" in recs[("dpr", 1)]["job"] and recs[("dpr", 1)]["commit"]
     reading = json.loads((sweep / "hybrid" / "seed-2" / "reader" / "results.json").read_text())
     assert reading["task"] == "reader" and set(reading["em"]) == {"1", "5"} and reading["retriever"] == "hybrid BM25 + dpr"
@@ -304,3 +305,29 @@ def test_a_rows_training_stage_runs_under_torchrun_with_several_processes(squad4
     summary = json.loads((train_dir / "train_summary.json").read_text())
     assert summary["steps"] == 3 and (train_dir / "final" / "model.safetensors").is_file() and not (train_dir / "checkpoint").exists()
     assert "training on 2 processes" in done.stderr and (tmp_path / "run" / "retrieval" / "results.json").is_file()
+
+
+def test_a_lock_goes_stale_only_when_its_holder_stops_touching_it(tmp_path):
+    """Would catch a lock of a job killed on another node (no pid to check) waited on for ever, a live
+    holder's lock taken over, or a holder removing a lock that is no longer its own."""
+    import time
+
+    from taser.pipeline.stages import _FileLock
+
+    path = tmp_path / "x.lock"
+    path.write_text(json.dumps({"host": "another-node", "pid": 1, "since": 0, "token": "theirs"}))
+    lock = _FileLock(path, poll_s=0.01, stale_after_s=60)
+    assert not lock._stale()  # just touched: alive as far as anyone can tell
+    os.utime(path, (time.time() - 120, time.time() - 120))
+    assert lock._stale() and lock._break_if_stale() and not path.exists()
+    with lock:
+        assert json.loads(path.read_text())["token"] == lock.token
+        path.write_text(json.dumps({"host": "another-node", "pid": 1, "token": "someone else"}))  # taken over while this one was stalled
+    assert path.exists() and json.loads(path.read_text())["token"] == "someone else"  # not removed by the former holder
+
+
+def test_answers_are_highlighted_without_breaking_the_page():
+    from taser.evaluation.inspect_page import _highlight
+
+XX
+    assert _highlight("<b>Paris</b>", ["paris"]) == "&lt;b&gt;<mark>Paris</mark>&lt;/b&gt;"

@@ -50,10 +50,17 @@ def _hits(runs: Sequence[RunResult], k: int) -> dict[str, float]:
 
 
 def _highlight(text: str, answers: Sequence[str]) -> str:
-    escaped = html.escape(text)
-    for answer in sorted({a for a in answers if isinstance(a, str) and a.strip()}, key=len, reverse=True):
-        escaped = re.sub(re.escape(html.escape(answer)), lambda m: f"<mark>{m.group(0)}</mark>", escaped, flags=re.IGNORECASE)
-    return escaped
+    """`text` escaped, with every occurrence of an answer (longest first, case-insensitive) marked:
+    matched on the raw text, so markup never lands inside an entity or another mark."""
+    wanted = sorted({a for a in answers if isinstance(a, str) and a.strip()}, key=len, reverse=True)
+    if not wanted:
+        return html.escape(text)
+    pattern = re.compile("|".join(re.escape(a) for a in wanted), re.IGNORECASE)
+    out, last = [], 0
+    for m in pattern.finditer(text):
+        out += [html.escape(text[last : m.start()]), f"<mark>{html.escape(m.group(0))}</mark>"]
+        last = m.end()
+    return "".join(out) + html.escape(text[last:])
 
 
 def _passages(record: dict | None, answers: Sequence[str], k: int) -> str:

@@ -167,8 +167,12 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
         median = recipe_mdd[len(recipe_mdd) // 2] if recipe_mdd else None
         need = {}
         for target in targets:
-            counts = sorted(n for n in (seeds_needed(r.components, target, alpha, power) for r in recipes) if n is not None)
-            need[target] = (str(counts[len(counts) // 2]) if counts and len(counts) == len(recipes) else ("> 200" if recipes else "–"))
+            if metric in BEIR_METRICS or not recipes:  # the targets are points of a percentage; BEIR's metrics are fractions
+                need[target] = "–"
+                continue
+            counts = sorted((seeds_needed(r.components, target, alpha, power) or 10**9) for r in recipes)
+            middle = counts[len(counts) // 2]  # the median, a system that 200 seeds do not reach counting as more
+            need[target] = "> 200" if middle == 10**9 else str(middle)
         lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
                      f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
                      f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | "

@@ -44,12 +44,14 @@ def _paired(a, b) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-EXACT_SUPPORT = 4_000_000  # lattice points of the exact distribution at most (beyond: Monte Carlo)
+EXACT_SUPPORT = 1_000_000  # lattice points of the exact distribution at most (beyond: Monte Carlo)
+EXACT_WORK = 300_000_000  # multiply-adds of the convolution at most (beyond: Monte Carlo)
 
 
-def _lattice(magnitudes: np.ndarray, max_denominator: int = 720) -> np.ndarray | None:
+def _lattice(magnitudes: np.ndarray, max_total: int, max_denominator: int = 720) -> np.ndarray | None:
     """Integers k with magnitudes = k x (a common unit), or None when they have none within
-    `max_denominator` of the smallest (a few seeds' averages of 0/1 outcomes always do)."""
+    `max_denominator` of the smallest (a few seeds' averages of 0/1 outcomes always do), or when
+    the integers would sum past `max_total`. Python integers throughout: no overflow."""
     from fractions import Fraction
     from math import lcm
 
@@ -62,35 +64,46 @@ def _lattice(magnitudes: np.ndarray, max_denominator: int = 720) -> np.ndarray |
             return None
         ratios[float(value)] = f
     scale = lcm(*(f.denominator for f in ratios.values()))
+    counts = dict(zip(*np.unique(magnitudes, return_counts=True)))
+    if sum(int(ratios[float(v)] * scale) * int(c) for v, c in counts.items()) > max_total:
+        return None
     return np.array([int(ratios[float(v)] * scale) for v in magnitudes], dtype=np.int64)
 
 
-def exact_sign_flip_p(differences: Sequence[float], weights: Sequence[float] | None = None, max_support: int = EXACT_SUPPORT) -> float | None:
+def exact_sign_flip_p(differences: Sequence[float], weights: Sequence[float] | None = None, max_support: int = EXACT_SUPPORT,
+                      max_work: int = EXACT_WORK) -> float | None:
     """The exact two-sided p-value of the sign-flip test of sum_i w_i d_i = 0: P(|sum_i s_i w_i d_i| >= |observed|)
-    over the 2**n equally likely signs, or None when the w_i d_i share no small lattice (see `_lattice`)."""
+    over the 2**n equally likely signs, or None when the w_i d_i share no small lattice (see `_lattice`)
+    or the convolution would exceed `max_work` operations (the caller then resamples)."""
     from scipy.stats import binom
 
     d = np.asarray(differences, dtype=float)
     x = d * _weights(len(d), weights)
-    nonzero = np.abs(x[np.abs(x) > 1e-15 * max(1.0, float(np.abs(x).max(initial=0.0)))])
-    if not len(nonzero):
+    keep = np.abs(x) > 1e-15 * max(1.0, float(np.abs(x).max(initial=0.0)))
+    if not keep.any():
         return 1.0
-    k = _lattice(nonzero)
-    if k is None or int(k.sum()) > max_support:
+    k = _lattice(np.abs(x[keep]), max_support)
+    if k is None:
         return None
-    signs = np.sign(x[np.abs(x) > 1e-15 * max(1.0, float(np.abs(x).max(initial=0.0)))])
-    observed = int(np.sum(signs * k))
+    observed = int(np.sum(np.sign(x[keep]) * k))
     total = int(k.sum())
-    dist = np.ones(1)  # P(sum = v) at index v + (current support): the support grows with each magnitude
-    support = 0
-    for value, count in zip(*np.unique(k, return_counts=True)):
+    groups = list(zip(*np.unique(k, return_counts=True)))
+    if (2 * total + 1) * sum(int(c) + 1 for _, c in groups) > max_work:
+        return None
+    # P(sum = v) at index v + total; each magnitude adds count + 1 shifted copies (j of count signs positive)
+    dist = np.zeros(2 * total + 1)
+    dist[total] = 1.0
+    reach = 0  # the support so far: [-reach, reach]
+    for value, count in groups:
         value, count = int(value), int(count)
-        pmf = binom.pmf(np.arange(count + 1), count, 0.5)  # j of count positive: sum value x (2j - count)
-        spaced = np.zeros(2 * value * count + 1)
-        spaced[:: 2 * value] = pmf
-        dist = np.convolve(dist, spaced)
-        support += value * count
-    assert support == total and len(dist) == 2 * total + 1
+        pmf = binom.pmf(np.arange(count + 1), count, 0.5)
+        current = dist[total - reach : total + reach + 1].copy()
+        reach += value * count
+        dist[:] = 0.0
+        for j, weight in enumerate(pmf):
+            shift = value * (2 * j - count)
+            start = total - (reach - value * count) + shift
+            dist[start : start + len(current)] += weight * current
     values = np.arange(-total, total + 1)
     p = float(dist[np.abs(values) >= abs(observed)].sum())
     return min(1.0, float(f"{p:.12g}"))  # the sum's last bits are rounding: 2/64 prints as 0.0625, not 0.06250000000000001

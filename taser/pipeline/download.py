@@ -47,18 +47,30 @@ class ResumingDownloader:
         if check_only:
             return requests.head(url, timeout=self.timeout, allow_redirects=True).ok
         part = Path(output_file).parent / (url.rsplit("/", 1)[-1] + PART)
+        validator = part.with_name(part.name + ".etag")  # the file's version the part belongs to (If-Range)
         have = part.stat().st_size if part.is_file() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
+        if have and validator.is_file():
+            headers["If-Range"] = validator.read_text().strip()
         with requests.get(url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=True) as response:
-            if have and response.status_code == 416:  # the part is already whole
+            whole = response.headers.get("Content-Range", "").rsplit("/", 1)[-1]
+            if have and response.status_code == 416 and whole.isdigit() and int(whole) == have:  # the part is already whole
                 pass
             else:
+                if have and response.status_code == 416:
+                    log.info("%s: the partial file does not fit the server's (%s bytes there); downloading again", url, whole or "?")
+                    part.unlink()
+                    return self(url, output_file, pooch_instance, check_only)
                 response.raise_for_status()
-                if have and response.status_code != 206:
-                    log.info("%s: the server ignores ranges; downloading again from the start", url)
+                start = response.headers.get("Content-Range", "").removeprefix("bytes ").split("-")[0]
+                if have and (response.status_code != 206 or start != str(have)):
+                    log.info("%s: the server sends the whole file (it ignores ranges, or it changed); downloading again from the start", url)
                     have = 0
                 elif have:
                     log.info("%s: continuing from byte %d", url, have)
+                tag = response.headers.get("ETag") or response.headers.get("Last-Modified")
+                if tag:
+                    validator.write_text(tag)
                 total = int(response.headers.get("content-length", 0)) + have
                 with open(part, "ab" if have else "wb") as f, progress_bar(total=total or None, initial=have, unit="B", unit_scale=True,
                                                                             desc=url.rsplit("/", 1)[-1], enabled=self.show_progress) as bar:
@@ -66,6 +78,7 @@ class ResumingDownloader:
                         f.write(chunk)
                         bar.update(len(chunk))
         shutil.move(str(part), str(output_file))  # pooch hashes it, then renames it into place
+        validator.unlink(missing_ok=True)
 
 
 class RecordedChecksums:
@@ -80,6 +93,8 @@ class RecordedChecksums:
         return entry["sha256"] if entry and entry.get("url") == res.url else None
 
     def record(self, res: Resource, sha256: str) -> None:
+        if self.path.is_file():  # another download may have recorded its own since this one read the file
+            self.values = {**json.loads(self.path.read_text()), **{k: v for k, v in self.values.items() if k == res.name}}
         self.values[res.name] = {"url": res.url, "sha256": sha256}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(self.path) as f:

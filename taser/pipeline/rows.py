@@ -238,7 +238,10 @@ def read_stage(run: RowRun, evaluated: Stage) -> Stage:
     from taser.reader.pipeline import read
 
     spec, table = run.table.read, run.table
-    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": table.evaluate.match}
+    from taser.runtime import resolve_precision
+
+    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": table.evaluate.match,
+                "precision": resolve_precision(spec.precision, spec.device)}
     inputs = {"reader": file_identity(Path(spec.reader) / "model.safetensors"), "retrieval": evaluated.key}
     job = lambda d: read(ReadJob(checkpoint=spec.reader, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
                                  match=table.evaluate.match, max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
@@ -252,6 +255,9 @@ def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed
     shutil.copyfile(stage_dir / PER_QUERY_FILE, out / f".{PER_QUERY_FILE}.tmp")
     (out / f".{PER_QUERY_FILE}.tmp").replace(out / PER_QUERY_FILE)
     results = json.loads((stage_dir / RESULTS_FILE).read_text())
+    if (stage_dir / "retrieval.json").is_file():  # the passages behind the figures (report.py inspect=... reads them)
+        shutil.copyfile(stage_dir / "retrieval.json", out / ".retrieval.json.tmp")
+        (out / ".retrieval.json.tmp").replace(out / "retrieval.json")
     if reference is not None:
         results["reference"] = reference  # the paper's figures for this row, beside what it reached
     if row_seed is not None and results.get("seed") != row_seed:  # a reading of the row at this seed: its seeds group as the row's do

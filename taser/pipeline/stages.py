@@ -8,7 +8,8 @@ stage's own directory and `stage.json` is written last, so a killed build is nev
 and the next run calls `build` again in the same directory (a resumable stage, training or
 encoding, continues where it stopped). Two processes that need one stage at once do not both build
 it: the first takes the stage's lock (a file created exclusively, which also works on a shared
-file system), the others wait for it and then find the stage done.
+file system, kept alive by a heartbeat), the others wait for it and then find the stage done; a
+lock whose holder died (killed, out of time, a lost node) goes stale and is taken over by one of them.
 
 Keys: `stage_key(kind, settings, inputs)` hashes the settings (JSON, sorted keys) and the inputs: an
 upstream stage's key, or a file's identity (name, size and a hash of its first and last MiB, as the
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +74,7 @@ class StageStore:
     def __init__(self, root: str | os.PathLike, poll_s: float = 2.0, stale_after_s: float | None = None):
         self.root = Path(root)
         self.poll_s = poll_s
-        self.stale_after_s = stale_after_s  # a lock older than this, whose holder cannot be checked, is taken over (None: never)
+        self.stale_after_s = stale_after_s  # a lock untouched this long is taken over (None: STALE_AFTER_S)
 
     def dir(self, key: str) -> Path:
         return self.root / key
@@ -104,12 +106,23 @@ class StageStore:
         return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s)
 
 
+HEARTBEAT_S = 30.0  # a lock's holder touches it this often
+STALE_AFTER_S = 300.0  # a lock untouched this long is stale (its holder died on another host, or was killed)
+
+
 class _FileLock:
-    """A lock file created exclusively (O_EXCL), holding its owner's host and pid. A lock left by a
-    dead process on this host is taken over; on another host, after `stale_after_s` if set."""
+    """A lock file created exclusively (O_EXCL), holding its owner's host, pid and a token; the
+    holder touches it every HEARTBEAT_S seconds. A lock is stale when its process is gone (same
+    host) or when it was not touched for `stale_after_s` (any host: a killed job, a lost node).
+    Breaking a stale lock is itself serialised (a `.break` file created exclusively), and the lock
+    is checked again under it, so two waiters never both take it over; a holder removes the lock
+    only while it still holds its own token."""
 
     def __init__(self, path: Path, poll_s: float, stale_after_s: float | None):
-        self.path, self.poll_s, self.stale_after_s = path, poll_s, stale_after_s
+        self.path, self.poll_s = path, poll_s
+        self.stale_after_s = STALE_AFTER_S if stale_after_s is None else stale_after_s
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
+        self._stop: threading.Event | None = None
 
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,9 +131,7 @@ class _FileLock:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                if self._stale():
-                    log.warning("taking over the stale lock %s", self.path)
-                    self.path.unlink(missing_ok=True)
+                if self._break_if_stale():
                     continue
                 if not waited:
                     log.info("waiting for %s (another process is building this stage)", self.path)
@@ -128,17 +139,34 @@ class _FileLock:
                 time.sleep(self.poll_s)
                 continue
             with os.fdopen(fd, "w") as f:
-                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}, f)
+                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), "token": self.token}, f)
+            self._stop = threading.Event()
+            threading.Thread(target=self._beat, args=(self._stop,), daemon=True, name="stage-lock-heartbeat").start()
             return self
 
     def __exit__(self, *exc):
-        self.path.unlink(missing_ok=True)
+        if self._stop is not None:
+            self._stop.set()
+        if self._owner().get("token") == self.token:
+            self.path.unlink(missing_ok=True)
         return False
 
-    def _stale(self) -> bool:
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
+    def _owner(self) -> dict:
         try:
-            owner = json.loads(self.path.read_text())
+            return json.loads(self.path.read_text())
         except (OSError, ValueError):
+            return {}
+
+    def _stale(self) -> bool:
+        owner = self._owner()
+        if not owner:
             return False  # being written, or just removed
         if owner.get("host") == socket.gethostname():
             try:
@@ -146,6 +174,28 @@ class _FileLock:
             except ProcessLookupError:
                 return True
             except PermissionError:
-                return False
+                pass
+        try:
+            return time.time() - self.path.stat().st_mtime > self.stale_after_s
+        except OSError:
             return False
-        return self.stale_after_s is not None and time.time() - float(owner.get("since", 0)) > self.stale_after_s
+
+    def _break_if_stale(self) -> bool:
+        """Remove a stale lock, one process at a time; True when it was removed."""
+        if not self._stale():
+            return False
+        breaker = self.path.with_name(self.path.name + ".break")
+        try:
+            fd = os.open(breaker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False  # another process is breaking it
+        try:
+            os.close(fd)
+            owner = self._owner()
+            if owner and self._stale():  # still the stale one, under the break file
+                log.warning("taking over the stale lock %s (held by %s)", self.path, owner.get("token") or owner)
+                self.path.unlink(missing_ok=True)
+                return True
+            return False
+        finally:
+            breaker.unlink(missing_ok=True)

@@ -49,7 +49,8 @@ def first_host(nodelist: str) -> str:
     if "[" not in head:
         return head
     prefix, rest = head.split("[", 1)
-    return prefix + rest.split("]", 1)[0].split(",")[0].split("-")[0]
+    inside, after = rest.split("]", 1)
+    return prefix + inside.split(",")[0].split("-")[0] + first_host(after)  # node[1-4]-ib -> node1-ib; r[1-2]-n[01-04] -> r1-n01
 
 
 def slurm_environment(environ=None) -> dict[str, str]:
@@ -63,9 +64,10 @@ def slurm_environment(environ=None) -> dict[str, str]:
         return {}
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
     job = int(env.get("SLURM_JOB_ID", "0") or 0)
+    step = int(env.get("SLURM_STEP_ID", "0") or 0) if str(env.get("SLURM_STEP_ID", "0")).isdigit() else 0
     return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(tasks), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
             "LOCAL_WORLD_SIZE": env.get("SLURM_STEP_TASKS_PER_NODE", "1").split("(")[0].split(",")[0],
-            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes), "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + job % 20000)}
+            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes), "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + (job * 7 + step) % 20000)}
 
 
 def default_backend(device: torch.device) -> str:
