@@ -329,5 +329,5 @@ def test_a_lock_goes_stale_only_when_its_holder_stops_touching_it(tmp_path):
 def test_answers_are_highlighted_without_breaking_the_page():
     from taser.evaluation.inspect_page import _highlight
 
-XX
+    assert _highlight("Joan's 27 cats & A dogs", ["27", "a"]) == "Jo<mark>a</mark>n&#x27;s <mark>27</mark> c<mark>a</mark>ts &amp; <mark>A</mark> dogs"
     assert _highlight("<b>Paris</b>", ["paris"]) == "&lt;b&gt;<mark>Paris</mark>&lt;/b&gt;"
