@@ -4,13 +4,14 @@ confidence interval, and the tests against a baseline system, each family Holm-c
 the table's comparisons.
 
 Two tests, for two claims:
-- **the recipe** (`taser.evaluation.recipes`), when both systems have several training seeds: the
-  seed is a random effect, runs paired by seed where the seeds match. Its Holm-adjusted p-value
-  decides the mark (†), and its interval is a two-level bootstrap (seeds, then questions).
+- **the recipe** (`taser.evaluation.recipes`), wherever a system or the baseline has several
+  training seeds: the seed is a random effect, runs paired by seed where both have matching seeds,
+  else unpaired (a seedless system is a fixed reference). Its Holm-adjusted p-value decides the
+  mark (†), and its interval is a two-level bootstrap (seeds, then questions).
 - **these runs** (`taser.evaluation.significance`), always: per question the outcome averaged over
   the seeds, then the exact sign-flip test over questions. It says whether these trained models
-  differ on these questions, and decides the mark only where a system has one seed or none (BM25,
-  zero-shot, a single run).
+  differ on these questions, and decides the mark only where neither side has several seeds (BM25
+  against zero-shot, single runs).
 """
 
 from __future__ import annotations
@@ -133,12 +134,38 @@ def seed_table(runs: Sequence[RunResult], metric: str, ids: Sequence[str]) -> tu
     return [r.seed for r in usable], np.stack([o.aligned(ids) for o in rows]), rows[0].weights if tuple(rows[0].ids) == tuple(ids) else None
 
 
+def fixed_table(runs: Sequence[RunResult], metric: str, ids: Sequence[str]) -> tuple[list, np.ndarray, None] | None:
+    """A seedless system (BM25, an untrained model: one run, no training seed) as a 1 x Q table: a
+    fixed reference with no seed variance of its own."""
+    if len(runs) != 1 or runs[0].seed is not None or runs[0].per_query is None or figure(runs[0], metric) is None:
+        return None
+    return [None], mean_outcomes([(str(runs[0].path), runs[0].per_query)], metric).aligned(ids)[None, :], None
+
+
 def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: str, ids: Sequence[str], weights,
                 settings: StatsSettings) -> RecipeTest | None:
-    """The seed-aware test of two systems' recipes (None unless both have two or more seeded runs)."""
+    """The seed-aware test of a recipe: against another recipe (both with two or more seeded runs;
+    paired by seed where they match), or against a seedless system (a fixed reference, unpaired).
+    None when the system has fewer than two seeded runs, or the baseline is a single seeded run."""
     a, b = seed_table(mine, metric, ids), seed_table(base, metric, ids)
-    if a is None or b is None:
+    if a is None and b is not None:  # a seedless system against a recipe: the recipe's seeds still count
+        a = fixed_table(mine, metric, ids)
+        if a is None:
+            return None
+        test = unpaired(a[1], b[1], weights)
+        test.design = "unpaired, a seedless system against the recipe"
+        test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
+        return test
+    if a is None:
         return None
+    if b is None:
+        b = fixed_table(base, metric, ids)
+        if b is None:
+            return None
+        test = unpaired(a[1], b[1], weights)
+        test.design = "unpaired, against a seedless system"
+        test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
+        return test
     (seeds_a, table_a, _), (seeds_b, table_b, _) = a, b
     matched = sorted(set(seeds_a) & set(seeds_b))
     if len(matched) >= 2:
@@ -250,11 +277,12 @@ def note(comparison: Comparison) -> list[str]:
         if comparison.tests:
             how = ", ".join(sorted(comparison.methods)) or "exact"
             if comparison.recipe_tests:
-                parts.append(f"†: the **recipe** differs from **{s.baseline}**'s at p < {s.alpha:g}, where both have several seeds: a crossed "
-                             "question x seed model of the per-question differences, runs paired by seed where the seeds match (else "
-                             "unpaired), Student's t with Satterthwaite's df, two-sided, after Holm's correction over the table's "
+                parts.append(f"†: the **recipe** differs from **{s.baseline}** at p < {s.alpha:g}, wherever a trained recipe with several "
+                             "seeds is involved: a crossed question x seed model of the per-question differences, runs paired by seed where "
+                             "both have matching seeds, else unpaired (a seedless system, BM25 or zero-shot, is a fixed reference), "
+                             "Student's t with Satterthwaite's df, two-sided, after Holm's correction over the table's "
                              f"{comparison.recipe_tests} recipe comparison(s) (the family: this table, not the study).")
-            lead = ("Where a system has one seed or none, † rests on" if comparison.recipe_tests
+            lead = ("Where neither side has several seeds, † rests on" if comparison.recipe_tests
                     else f"†: differs from **{s.baseline}** at p < {s.alpha:g} by")
             parts.append(f"{lead} "
                          "the test of **these runs**: per question the outcome averaged over the seeds, the paired sign-flip test over "

@@ -251,8 +251,9 @@ def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | No
         lines.append("| " + " | ".join([system, *(cell(by_cell.get((system, d, m)), m) for d, m, _ in columns)]) + " |")
     rejected = sum(p.p < s.alpha for p in pairs)
     return ("## Seed against seed\n\n" + "\n".join(lines)
-            + f"\n\nEach cell: of the pairs of the system's seeds, how many differ at p < {s.alpha:g} under the same paired randomization "
-            f"test as above, uncorrected ({s.resamples:,} resamples), and the largest difference (in absolute value) between two of its seeds. In all "
+            + f"\n\nEach cell: of the pairs of the system's seeds, how many differ at p < {s.alpha:g} under the test of these runs above "
+            "(the paired sign-flip test over questions, exact where the outcomes allow), uncorrected, and the largest difference (in "
+            "absolute value) between two of its seeds. In all "
             f"{rejected} of {len(pairs)} such tests reject. Two seeds of one recipe are two trained models: when they \"differ "
             "significantly\", the test over questions is telling these runs apart, not recipes, and a significant difference between "
             "two systems that is no larger than these is not, by itself, evidence that their recipes differ.\n")
