@@ -148,22 +148,16 @@ def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: st
     paired by seed where they match), or against a seedless system (a fixed reference, unpaired).
     None when the system has fewer than two seeded runs, or the baseline is a single seeded run."""
     a, b = seed_table(mine, metric, ids), seed_table(base, metric, ids)
-    if a is None and b is not None:  # a seedless system against a recipe: the recipe's seeds still count
-        a = fixed_table(mine, metric, ids)
+    if (a is None) == (b is None):
         if a is None:
             return None
-        test = unpaired(a[1], b[1], weights)
-        test.design = "unpaired, a seedless system against the recipe"
-        test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
-        return test
-    if a is None:
-        return None
-    if b is None:
-        b = fixed_table(base, metric, ids)
-        if b is None:
+    else:  # one recipe against a seedless system, a fixed reference: the recipe's seeds still count
+        a = a if a is not None else fixed_table(mine, metric, ids)
+        b = b if b is not None else fixed_table(base, metric, ids)
+        if a is None or b is None:
             return None
         test = unpaired(a[1], b[1], weights)
-        test.design = "unpaired, against a seedless system"
+        test.design = "unpaired, against a seedless system" if b[0] == [None] else "unpaired, a seedless system against the recipe"
         test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
         return test
     (seeds_a, table_a, _), (seeds_b, table_b, _) = a, b
