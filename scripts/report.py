@@ -6,7 +6,7 @@ and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Read
 
 `python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
 `python scripts/report.py 'runs=[outputs/eval]' baseline='dpr (model=dpr/final)'`
-`python scripts/report.py 'runs=[outputs/experiments/squad_cpu]' baseline=dpr 'inspect=[taser T=2]' inspect_k=5`  (an HTML page per system)
+`python scripts/report.py 'runs=[outputs/experiments/squad_cpu]' baseline=dpr 'inspect=["taser T=2"]' inspect_k=5`  (an HTML page per system)
 """
 
 import hydra

@@ -1,0 +1,152 @@
+"""Every `python scripts/<x>.py ...` (and `torchrun ... scripts/<x>.py ...`) command in the README,
+the docs and the configs' own header comments is composed against the typed configs (Hydra
+compose, without running the job): a renamed or mistyped setting fails here, naming the file and
+line. Under `-m`, a swept setting is composed at its first value."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from hydra import compose, initialize_config_dir
+
+from taser.cli import CONFIG_DIR
+
+SCRIPT = re.compile(r"scripts/(\w+)\.py")
+CONFIG_NAME = re.compile(r'config_name="(\w+)"')
+
+
+def hydra_scripts() -> dict[str, str]:
+    """Script name -> its primary config's name, for the scripts that are Hydra apps."""
+    found = {}
+    for path in (ROOT / "scripts").glob("*.py"):
+        m = CONFIG_NAME.search(path.read_text(encoding="utf-8"))
+        if m:
+            found[path.stem] = m.group(1)
+    return found
+
+
+def documented_commands(path: Path) -> list[tuple[int, str]]:
+    """(line, command) of each script command in `path`: fenced code of a markdown file (continued
+    lines joined), or `# python scripts/...` comment lines of a YAML config."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found, fence, pending, start = [], False, "", 0
+    for number, line in enumerate(lines, 1):
+        if path.suffix == ".yaml":
+            text = re.sub(r"\s+\([^()]*\)$", "", line.lstrip("# ").split("  #")[0].strip())  # a trailing remark: "(DPR's ...)"
+            if line.startswith("#") and text.startswith(("python scripts/", "torchrun ")):
+                found.append((number, text))
+            continue
+        if line.strip().startswith("```"):
+            fence = not fence
+            continue
+        if not fence:
+            continue
+        text = line.split(" #")[0].rstrip() if not line.lstrip().startswith("#") else ""
+        if pending:
+            pending += " " + text.strip()
+        elif SCRIPT.search(text) and text.lstrip().startswith(("python ", "torchrun ")):
+            pending, start = text.strip(), number
+        if pending and pending.endswith("\\"):
+            pending = pending[:-1].rstrip()
+            continue
+        if pending:
+            found.append((start, pending))
+            pending = ""
+    return found
+
+
+def _first_of_sweep(override: str) -> str:
+    """`key=a,b,c` -> `key=a` (commas outside brackets and quotes only)."""
+    key, sep, value = override.partition("=")
+    if not sep or value.startswith(("[", "{", "'", '"')):
+        return override
+    depth, out = 0, ""
+    for ch in value:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            break
+        out += ch
+    return f"{key}={out}"
+
+
+PLACEHOLDER = re.compile(r"<[^<>]*>")  # `source=<file.cp>`: the reader fills it in
+OPTIONAL = re.compile(r"^\[([\w.]+=[^\[\]]*)\]$")  # `[base_model=bert-base-uncased]`: an optional setting
+
+
+def overrides_of(command: str) -> tuple[str, list[str]]:
+    """(script, Hydra overrides) of a documented command; placeholders composed as a plain value."""
+    words = [OPTIONAL.sub(r"\1", w) for w in shlex.split(PLACEHOLDER.sub("placeholder", command))]
+    at = next(i for i, w in enumerate(words) if SCRIPT.search(w))
+    script = SCRIPT.search(words[at]).group(1)
+    args = words[at + 1 :]
+    sweep = "-m" in args or "--multirun" in args
+    overrides = [a for a in args if not a.startswith("-") and "=" in a]
+    return script, [_first_of_sweep(o) for o in overrides] if sweep else overrides
+
+
+def documents() -> list[Path]:
+    docs = sorted((ROOT / "docs").rglob("*.md")) if (ROOT / "docs").is_dir() else []
+    return [ROOT / "README.md", *docs, *sorted((ROOT / "configs").glob("*.yaml"))]
+
+
+def register_all_schemas() -> None:
+    """The schemas the scripts register at import (taser.cli registers the others)."""
+    from taser.pipeline.gpu_check.job import register_schema
+    from taser.reader.config import register_schemas
+
+    register_schema()
+    register_schemas()
+
+
+def check(path: Path, scripts: dict[str, str]) -> list[str]:
+    register_all_schemas()
+    failures = []
+    for line, command in documented_commands(path):
+        try:
+            script, overrides = overrides_of(command)
+        except ValueError as e:
+            failures.append(f"{path.relative_to(ROOT)}:{line}: {command}\n    cannot be read as a shell command: {e}")
+            continue
+        if script not in scripts:
+            continue  # not a Hydra app (benchmarks' own argparse scripts live elsewhere)
+        try:
+            with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+                compose(scripts[script], overrides=overrides, return_hydra_config=True)
+        except Exception as e:  # noqa: BLE001 (any composition error is the finding)
+            failures.append(f"{path.relative_to(ROOT)}:{line}: {command}\n    {type(e).__name__}: {str(e).splitlines()[0]}")
+    return failures
+
+
+def test_every_documented_command_composes():
+    scripts = hydra_scripts()
+    failures, count = [], 0
+    for path in documents():
+        count += len(documented_commands(path))
+        failures += check(path, scripts)
+    assert count >= 40, f"only {count} documented commands found: the extraction broke"
+    assert not failures, "documented commands that no longer compose:\n" + "\n".join(failures)
+
+
+def test_a_typo_in_a_documented_command_fails_naming_the_page_and_line(tmp_path, monkeypatch):
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\n```bash\npython scripts/train.py model=taser \\\n    train.batch_sizee=4\n```\n")
+    scripts = hydra_scripts()
+    monkeypatch.setattr("test_documented_commands.ROOT", tmp_path)
+    failures = check(page, scripts)
+    assert len(failures) == 1 and failures[0].startswith("page.md:4: python scripts/train.py model=taser train.batch_sizee=4")
+    assert "batch_sizee" in failures[0]
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("python scripts/train.py -m model=dpr,taser train.seed=1,2,3 'x=[1,2]'", ("train", ["model=dpr", "train.seed=1", "x=[1,2]"])),
+    ("torchrun --nproc_per_node=8 scripts/train.py model=dpr data=nq", ("train", ["model=dpr", "data=nq"])),
+])
+def test_commands_are_read_as_a_shell_reads_them(command, expected):
+    assert overrides_of(command) == expected
