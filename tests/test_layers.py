@@ -56,3 +56,48 @@ def test_data_is_free_of_torch():
         modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not modules & {"torch", "transformers"}, path
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """taser module -> the taser modules it imports (anywhere in it, function-level imports too)."""
+    root = Path(__file__).resolve().parents[1]
+    modules = {}
+    for path in (root / "taser").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found |= {t for t in targets if t in modules and t != name}
+        graph[name] = found
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Would catch a cycle between modules (e.g. backends -> onnx_backend -> backends), which the
+    package-level check above does not see inside one package; a package's __init__ importing its
+    own modules is not counted."""
+    graph = {a: {b for b in targets if not (a.startswith(b + ".") or b.startswith(a + "."))} for a, targets in _module_imports().items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)

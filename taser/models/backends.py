@@ -75,10 +75,19 @@ def recorded_backend(record: dict) -> dict:
     return {k: record[k] for k in RECORD_KEYS if k in record}
 
 
+def onnx_available() -> bool:
+    """Whether the ONNX backends can run here: onnxruntime to run, onnx to export. (Here, not in
+    `taser.models.onnx_backend`, which imports this module: one direction of import only.)"""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def installed(backend: Backend) -> bool:
     if backend in (Backend.onnx, Backend.onnx_int8):
-        from taser.models.onnx_backend import onnx_available
-
         return onnx_available()
     return True
 

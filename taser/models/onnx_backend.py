@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from taser.io import atomic_dir
-from taser.models.backends import RECIPES
+from taser.models.backends import RECIPES, onnx_available  # noqa: F401 (onnx_available: part of this module's interface)
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +44,6 @@ SIDES = ("question", "passage")
 CACHE_DIR = ".backends"
 META_FILE = "backend.json"
 OPSET = 17
-
-
-def onnx_available() -> bool:
-    """Whether the ONNX backends can run here: onnxruntime to run, onnx to export."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def weights_digest(checkpoint: str | os.PathLike) -> str:

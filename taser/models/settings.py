@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 
 from taser.choice import settings_from
 from taser.models.config import MODEL_KINDS, Attention, ModelType, Pooling, Similarity
+from taser.models.pretrained import SHIPPED_MODEL
 from taser.models.taser_config import TaserConfig
 
-SHIPPED_MODEL = "shipped:all-MiniLM-L6-v2"
 DEFAULT_MAX_LENGTH = 256
 
 
