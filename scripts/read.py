@@ -7,8 +7,8 @@ python scripts/read.py checkpoint=outputs/reader/final retrieval=outputs/eval/bm
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.pipeline.reader import format_scores, read
 from taser.reader.config import register_schemas
-from taser.reader.pipeline import format_scores, read
 
 register_schemas()
 

@@ -7,8 +7,8 @@ Distributed: torchrun --nproc_per_node=8 scripts/train_reader.py ... (train.batc
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
+from taser.pipeline.reader import train_reader
 from taser.reader.config import register_schemas
-from taser.reader.pipeline import train_reader
 
 register_schemas()
 

@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from test_reader_training import retrieval_records
 
+from taser.pipeline.reader import train_reader
 from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
-from taser.reader.pipeline import train_reader
 
 pytestmark = pytest.mark.slow
 

@@ -112,7 +112,7 @@ def _words_of(prediction: dict, record: dict, tokenizer) -> tuple[set, int]:
 def test_read_honours_max_answer_length(untrained_reader, tokenizer, tmp_path):
     """Would catch `read` ignoring `max_answer_length` (the user's setting silently dropped for the
     default): at 1, every answer is one token widened to its word."""
-    from taser.reader.pipeline import read
+    from taser.pipeline.reader import read
 
     retrieval, records = _read_file(tmp_path)
 
@@ -152,7 +152,7 @@ def test_an_fp16_overflow_skips_the_readers_step(tiny_pretrained, train_file, tm
     from safetensors.torch import load_file
 
     import taser.reader.trainer as trainer_module
-    from taser.reader.pipeline import new_reader
+    from taser.pipeline.reader import new_reader
     from taser.reader.trainer import ReaderTrainer
 
     scalers = []

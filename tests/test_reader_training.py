@@ -11,8 +11,8 @@ from taser.data.errors import DataFormatError
 from taser.evaluation.per_query import read_per_query
 from taser.evaluation.report import markdown_table
 from taser.evaluation.runs import read_run
+from taser.pipeline.reader import read, train_reader
 from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, ReadJob, TrainReaderJob
-from taser.reader.pipeline import read, train_reader
 
 NAMES = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Donald Knuth", "John McCarthy", "Frances Allen"]
 

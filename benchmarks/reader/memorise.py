@@ -30,8 +30,8 @@ def main() -> None:
     args = ap.parse_args()
     setup_logging()
     from taser.data.squad import load_squad
+    from taser.pipeline.reader import read, train_reader
     from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, ReadJob, TrainReaderJob
-    from taser.reader.pipeline import read, train_reader
 
     corpus, articles = load_squad(SQUAD)
     questions = [q for a in articles for q in a.questions if q.positive is not None][: args.questions]

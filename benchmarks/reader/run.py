@@ -112,8 +112,8 @@ def _same_reader(reader_dir: Path, train) -> bool:
 
 def main() -> None:
     from taser.data.retrieval_json import read_retrieval_results
+    from taser.pipeline.reader import read, train_reader
     from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, ReadJob, TrainReaderJob
-    from taser.reader.pipeline import read, train_reader
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-reader")

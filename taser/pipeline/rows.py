@@ -234,8 +234,8 @@ def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, 
 
 def read_stage(run: RowRun, evaluated: Stage) -> Stage:
     """The table's reader on the row's retrieval (evaluate's retrieval.json)."""
+    from taser.pipeline.reader import read
     from taser.reader.config import ReadJob
-    from taser.reader.pipeline import read
 
     spec, table = run.table.read, run.table
     from taser.runtime import resolve_precision

@@ -6,5 +6,5 @@ retriever's ranked passages to answers, with exact match and F1.
 - `loss`, `batches`, `trainer`: DPR's objective, its batches, the training loop;
 - `reading`, `metrics`: inference over the top k passages, EM / F1;
 - `data`: retrieval JSON checked for reading and training; `convert`: DPR's reader checkpoint;
-- `config`: the scripts' schemas; `pipeline`: the two stages (train, read).
+- `config`: the scripts' schemas. The two stages (train, read) are `taser.pipeline.reader`, beside the retriever's stages.
 """
