@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo gpu-check test install clean-venv peers-fast-env
+.PHONY: demo docs gpu-check test install clean-venv peers-fast-env
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,13 @@ GPU_CHECK_ARGS ?=
 gpu-check: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
+# The documentation site (docs/ -> site/); strict: a broken link or a missing page is an error (not --quiet, which hides the warnings strict counts).
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15
 
 # benchmarks/peers/encode.py only: sentence-transformers with its onnx and openvino backends, in an

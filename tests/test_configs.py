@@ -106,7 +106,7 @@ def test_evaluate_takes_the_readmes_search_settings():
 
     from taser.retrieval.index_types import SearchSettings
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "encoding.md").read_text()
     sentence = readme[readme.index("Search settings are\nchanged at load time"):][:400]
     overrides = re.findall(r"(search\.\w+=\d+)", sentence)
     assert len(overrides) == 2, sentence
