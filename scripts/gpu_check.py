@@ -10,8 +10,8 @@ import sys
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.gpu_check import GpuCheckFailed, run_gpu_check
-from taser.pipeline.gpu_check.job import register_schema
+from taser.gpu_check import GpuCheckFailed, run_gpu_check
+from taser.gpu_check.job import register_schema
 
 register_schema()
 

@@ -98,7 +98,7 @@ def documents() -> list[Path]:
 
 def register_all_schemas() -> None:
     """The schemas the scripts register at import (taser.cli registers the others)."""
-    from taser.pipeline.gpu_check.job import register_schema
+    from taser.gpu_check.job import register_schema
     from taser.reader.config import register_schemas
 
     register_schema()

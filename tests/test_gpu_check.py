@@ -17,11 +17,11 @@ from hydra import compose, initialize_config_dir
 from torch.autograd import DeviceType
 
 from taser.cli import CONFIG_DIR, typed
-from taser.pipeline.gpu_check import GpuCheckJob, run_gpu_check, training
-from taser.pipeline.gpu_check.check import run_failures
-from taser.pipeline.gpu_check.encoding import peers_installed
-from taser.pipeline.gpu_check.job import Size, register_schema
-from taser.pipeline.gpu_check.training import StepClock, busy_share, device_intervals
+from taser.gpu_check import GpuCheckJob, run_gpu_check, training
+from taser.gpu_check.check import run_failures
+from taser.gpu_check.encoding import peers_installed
+from taser.gpu_check.job import Size, register_schema
+from taser.gpu_check.training import StepClock, busy_share, device_intervals
 from taser.precision import Precision
 
 # the dry run (configs/scale/dry_run.yaml), smaller still
@@ -94,7 +94,7 @@ def test_sync_debug_counts_the_syncs_of_the_timed_steps_only(monkeypatch):
 
 
 def test_a_single_gpu_host_says_the_multi_gpu_path_was_not_exercised():
-    from taser.pipeline.gpu_check.report import multi_gpu_note
+    from taser.gpu_check.report import multi_gpu_note
 
     one = {"setups": [{"world_size": 1}], "device": "cuda:0", "visible_gpus": 1, "job": {"ddp_processes": None}}
     assert "was not exercised: this host shows 1 GPU" in multi_gpu_note(one)

@@ -18,6 +18,7 @@ LAYERS = [
     {"training", "retrieval"},
     {"reader"},
     {"pipeline"},
+    {"gpu_check"},  # a tool over the stages (it drives the trainer, the encoder and torchrun), not a stage
     {"cli"},
 ]
 RANK = {name: i for i, row in enumerate(LAYERS) for name in row}

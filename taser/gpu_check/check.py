@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from taser.pipeline.gpu_check.data import CheckData, prepare_data
-from taser.pipeline.gpu_check.ddp import ddp_processes, launch, visible_gpus
-from taser.pipeline.gpu_check.encoding import encode_figures, peer_figures, peers_installed
-from taser.pipeline.gpu_check.job import GpuCheckJob, Mode, Size
-from taser.pipeline.gpu_check.probe import compare, device_check_loss, measured_run, numerics, reference_loss, remove_run_dirs, run_name
-from taser.pipeline.gpu_check.report import write_results
-from taser.pipeline.gpu_check.sizes import model_source
-from taser.pipeline.gpu_check.training import release
+from taser.gpu_check.data import CheckData, prepare_data
+from taser.gpu_check.ddp import ddp_processes, launch, visible_gpus
+from taser.gpu_check.encoding import encode_figures, peer_figures, peers_installed
+from taser.gpu_check.job import GpuCheckJob, Mode, Size
+from taser.gpu_check.probe import compare, device_check_loss, measured_run, numerics, reference_loss, remove_run_dirs, run_name
+from taser.gpu_check.report import write_results
+from taser.gpu_check.sizes import model_source
+from taser.gpu_check.training import release
 from taser.runtime import describe_hardware, hardware, pick_device, resolve_precision
 
 log = logging.getLogger(__name__)

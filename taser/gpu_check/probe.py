@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from taser.pipeline.gpu_check.job import GpuCheckJob, Size
-from taser.pipeline.gpu_check.sizes import model_settings
-from taser.pipeline.gpu_check.training import first_step_loss, measure_training
+from taser.gpu_check.job import GpuCheckJob, Size
+from taser.gpu_check.sizes import model_settings
+from taser.gpu_check.training import first_step_loss, measure_training
 from taser.training.distributed import DistInfo
 
 REFERENCE_DEVICE = torch.device("cpu")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from taser.gpu_check.job import GpuCheckJob, Size
 from taser.models.pretrained import resolve_pretrained
 from taser.models.settings import SHIPPED_MODEL
-from taser.pipeline.gpu_check.job import GpuCheckJob, Size
 
 BERT_BASE_SHAPE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 TINY_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}

@@ -1,5 +1,5 @@
 """The check on every GPU: `torchrun --nproc_per_node=N` started as a subprocess (its own process
-group, stopped at `ddp_timeout_s`), each rank running `taser.pipeline.gpu_check.rank` with the
+group, stopped at `ddp_timeout_s`), each rank running `taser.gpu_check.rank` with the
 job (`mode=ddp`) and the data and model directories the main process prepared, written to a
 JSON spec. Rank 0 leaves the merged figures in `figures.json`; a failed rank its traceback.
 """
@@ -15,11 +15,11 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from taser.pipeline.gpu_check.job import GpuCheckJob, Mode, Size
+from taser.gpu_check.job import GpuCheckJob, Mode, Size
 
 log = logging.getLogger(__name__)
 
-RANK_MODULE = "taser.pipeline.gpu_check.rank"  # what each rank runs
+RANK_MODULE = "taser.gpu_check.rank"  # what each rank runs
 FIGURES = "figures.json"
 
 

@@ -8,7 +8,7 @@ encoding on a machine's GPUs, against the CPU in fp32. `run_gpu_check` is the en
 - `check`: the whole check, in order.
 """
 
-from taser.pipeline.gpu_check.check import GpuCheckFailed, run_gpu_check
-from taser.pipeline.gpu_check.job import GpuCheckJob
+from taser.gpu_check.check import GpuCheckFailed, run_gpu_check
+from taser.gpu_check.job import GpuCheckJob
 
 __all__ = ["GpuCheckFailed", "GpuCheckJob", "run_gpu_check"]

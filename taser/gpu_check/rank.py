@@ -1,5 +1,5 @@
-"""One torchrun rank of the GPU check (`python -m taser.pipeline.gpu_check.rank spec.json`, started
-by `taser.pipeline.gpu_check.ddp.launch`, not by users).
+"""One torchrun rank of the GPU check (`python -m taser.gpu_check.rank spec.json`, started
+by `taser.gpu_check.ddp.launch`, not by users).
 
 Each rank trains every (model type, size) as in one-GPU mode (the check step and the measured
 run); rank 0 gathers the ranks' figures and rewrites `figures.json` after each, so a run that
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from taser.gpu_check.ddp import FIGURES
+from taser.gpu_check.job import GpuCheckJob
+from taser.gpu_check.probe import device_check_loss, measured_run, numerics, remove_run_dirs
+from taser.gpu_check.training import release
 from taser.io import atomic_open
-from taser.pipeline.gpu_check.ddp import FIGURES
-from taser.pipeline.gpu_check.job import GpuCheckJob
-from taser.pipeline.gpu_check.probe import device_check_loss, measured_run, numerics, remove_run_dirs
-from taser.pipeline.gpu_check.training import release
 from taser.runtime import pick_device, resolve_precision
 from taser.training.distributed import init_distributed
 
