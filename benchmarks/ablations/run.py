@@ -174,7 +174,8 @@ def record(args, row: Row, seed: int | None, times: dict) -> None:
 def write_results(args) -> str:
     """`results.md` from every finished (row, seed) under the work directory."""
     from taser.evaluation.comparison import StatsSettings
-    from taser.evaluation.report import plot_curves, plot_file_name, read_runs, report_markdown, seed_checks_markdown, table_stats
+    from taser.evaluation.curves import plot_curves, plot_file_name
+    from taser.evaluation.report import read_runs, report_markdown, seed_checks_markdown, table_stats
 
     done = [(row, seed) for row in ROWS for seed in (args.seeds if row.seeded else [None]) if finished(args, row, seed)]
     if not done:

@@ -8,20 +8,27 @@ training seeds make one cell: mean ± standard deviation, with n in the `seeds` 
 runs wrote per-question outcomes, each cell also carries a bootstrap confidence interval over
 questions, and, with a `baseline` system, a mark when it differs significantly from the
 baseline's (`taser.evaluation.comparison`); a note under the table says which test, which
-correction, and how many seeds and questions. Systems with several seeds add the seed checks of
-`taser.evaluation.seed_checks`: each system against the baseline seed by seed, and every two
-seeds of one system under the same test.
+correction, and how many seeds and questions. The tables of differences against the baseline
+(and the seed checks, and each row beside its paper's figures) are `taser.evaluation.difference_tables`;
+the curves `taser.evaluation.curves`; this module assembles them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from taser.evaluation.comparison import Comparison, StatsSettings, compare, note
+from taser.evaluation.curves import plot_curves, plot_file_name
+from taser.evaluation.difference_tables import (
+    detectable_table,
+    differences_table,
+    reference_table,
+    seed_by_seed_table,
+    seed_checks_markdown,
+)
 from taser.evaluation.runs import (
     BEIR_METRICS,
     RESULTS_FILE,
@@ -33,45 +40,14 @@ from taser.evaluation.runs import (
     read_runs,
     system_name,
 )
-from taser.evaluation.seed_checks import SeedPair, seed_against_seed, seed_by_seed
-from taser.io import atomic_open, atomic_path
+from taser.evaluation.table_format import SIGNIFICANT, _columns, _fmt_params, _in_order, _number, _seed_means
+from taser.io import atomic_open
 
-__all__ = ["BEIR_METRICS", "RESULTS_FILE", "TASKS", "RunResult", "StatsSettings", "check_beir_metrics", "find_results", "markdown_table",
-           "plot_curves", "plot_file_name", "read_run", "read_runs", "relations_table", "report_markdown", "seed_checks_markdown", "system_name",
-           "table_stats", "write_report"]
+__all__ = ["BEIR_METRICS", "RESULTS_FILE", "TASKS", "RunResult", "StatsSettings", "check_beir_metrics", "differences_table", "find_results",
+           "markdown_table", "plot_curves", "plot_file_name", "read_run", "read_runs", "reference_table", "relations_table", "report_markdown",
+           "seed_by_seed_table", "seed_checks_markdown", "system_name", "table_stats", "write_report"]
 
 log = logging.getLogger(__name__)
-
-SIGNIFICANT = "†"
-
-
-def _in_order(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))
-
-
-def _fmt_params(n: int | None) -> str:
-    return "–" if n is None else f"{n / 1e6:.1f}M"
-
-
-def _columns(runs: Sequence[RunResult], ks: Sequence[int | str], beir_metrics: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(dataset, metric, header) of each metric column, datasets in order of first appearance; a
-    dataset with reader runs has EM@k columns after its top-k ones (the reader rows fill both)."""
-    kinds: dict[str, set[str]] = {}
-    for run in runs:
-        kinds.setdefault(run.dataset, set()).add(run.task)
-    columns = []
-    for dataset, tasks in kinds.items():
-        metrics = list(beir_metrics) if tasks == {"beir"} else [f"top-{k}" for k in ks]
-        if "reader" in tasks:
-            metrics += [f"EM@{k}" for k in ks]
-        columns += [(dataset, m, f"{dataset} {m}") for m in metrics]
-    return columns
-
-
-def _number(value: float, metric: str) -> str:
-    """BEIR's metrics are fractions (3 decimals); top-k, EM and F1 are percentages (1 decimal)."""
-    return f"{value:.3f}" if metric in BEIR_METRICS else f"{value:.1f}"
-
 
 def _cell(comparison: Comparison, system: str, dataset: str, metric: str) -> str:
     """"56.4", or with seeds "56.4 ± 0.3", with an interval "... [54.2, 58.6]", and † when significant."""
@@ -121,144 +97,6 @@ def markdown_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100
     return "\n".join(lines) + "\n"
 
 
-def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
-                      beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """Each system's difference from the baseline (seed-averaged, per question) with its Holm-adjusted
-    p-values: the recipe's (`recipe p`, seeds as a random effect) where both have several seeds, and these runs' (`runs p`)."""
-    if not comparison.tests:
-        return ""
-    columns = [c for c in _columns(runs, ks, beir_metrics) if any(k[1:] == c[:2] and v.p is not None for k, v in comparison.cells.items())]
-    head = ["system", *(f"Δ {c[2]}" for c in columns)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for system in _in_order(r.system for r in runs):
-        cells = []
-        for dataset, metric, _ in columns:
-            cell = comparison.cells.get((system, dataset, metric))
-            if cell is None or cell.p_holm is None:
-                cells.append("–")
-            elif cell.recipe is not None:
-                cells.append(f"{_signed(cell.delta, metric)} (recipe p={cell.recipe_holm:.2g}; runs p={cell.p_holm:.2g})"
-                             + (f" {SIGNIFICANT}" if cell.significant else ""))
-            else:
-                cells.append(f"{_signed(cell.delta, metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
-        if system != comparison.settings.baseline:
-            lines.append("| " + " | ".join([system, *cells]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
-                     beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """Per column: the smallest difference detectable at `power` (alpha as the table's, before Holm)
-    by the recipe test (median over the systems tested, at their seeds) and by the test of these
-    runs; and the matched seeds a recipe test would need for 1 and 2 points (at the observed variance)."""
-    from taser.evaluation.recipes import seeds_needed
-
-    alpha, power, targets = comparison.settings.alpha, comparison.settings.power, tuple(comparison.settings.seeds_for)
-    lines = []
-    for dataset, metric, label in _columns(runs, ks, beir_metrics):
-        cells = [c for k, c in comparison.cells.items() if k[1:] == (dataset, metric) and c.p is not None]
-        recipes = [c.recipe for c in cells if c.recipe is not None and c.recipe.design == "paired by seed"]
-        runs_mdd = [_runs_detectable(c, alpha, power) for c in cells]
-        runs_mdd = [m for m in runs_mdd if m is not None]
-        if not recipes and not runs_mdd:
-            continue
-        recipe_mdd = sorted(r.detectable(alpha, power) for r in recipes)
-        seeds = sorted({len(r.seeds) for r in recipes})
-        median = recipe_mdd[len(recipe_mdd) // 2] if recipe_mdd else None
-        need = {}
-        for target in targets:
-            if metric in BEIR_METRICS or not recipes:  # the targets are points of a percentage; BEIR's metrics are fractions
-                need[target] = "–"
-                continue
-            counts = sorted((seeds_needed(r.components, target, alpha, power) or 10**9) for r in recipes)
-            middle = counts[len(counts) // 2]  # the median, a system that 200 seeds do not reach counting as more
-            need[target] = "> 200" if middle == 10**9 else str(middle)
-        lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
-                     f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
-                     f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | "
-                     + " | ".join(need[t] for t in targets) + " |")
-    if not lines:
-        return ""
-    seeds_heads = " | ".join(f"matched seeds for a recipe difference of {t:g}" for t in targets)
-    return ("| column | recipe test (median over systems) | these runs, over questions | " + seeds_heads + " |\n"
-            + "|---" * (3 + len(targets)) + "|\n" + "\n".join(lines) + "\n\n"
-            f"The difference each test detects with probability {power:.0%} at p < {alpha:g} (two-sided, before Holm's correction): "
-            "a 'no difference' in this table means no difference larger than about this. Recipe test: (t_{1-α/2} + t_{power}) x its standard "
-            "error, at the seeds and questions here; seeds needed: the fewest matched seeds whose design reaches that difference at the "
-            "observed variance components (median over the systems tested). These runs: the same over questions alone, which says "
-            "nothing of other seeds.\n")
-
-
-def _runs_detectable(cell, alpha: float, power: float) -> float | None:
-    """The question-only test's detectable difference: (z_{1-α/2} + z_{power}) x its standard error over questions."""
-    from scipy.stats import norm
-
-    return None if cell.runs_se is None else float((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * cell.runs_se)
-
-
-def _signed(value: float, metric: str) -> str:
-    return ("+" if value >= 0 else "−") + _number(abs(value), metric)
-
-
-def seed_by_seed_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
-                       beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """Each system's figure minus the baseline's at the same training seed, seed by seed ("" when no
-    system shares a seed with the baseline)."""
-    baseline = comparison.settings.baseline
-    if baseline is None:
-        return ""
-    columns = _columns(runs, ks, beir_metrics)
-    diffs = seed_by_seed(runs, [(d, m) for d, m, _ in columns], baseline)
-    if not diffs:
-        return ""
-    head = ["system", *(f"Δ {c[2]}" for c in columns)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for system in _in_order(r.system for r in runs):
-        cells = [diffs.get((system, d, m)) for d, m, _ in columns]
-        if any(cells):
-            lines.append("| " + " | ".join([system, *("–" if c is None else ", ".join(f"{seed}: {_signed(v, m)}" for seed, v in c)
-                                                      for c, (_, m, _) in zip(cells, columns))]) + " |")
-    return ("\n".join(lines) + f"\n\nEach cell, `seed: Δ`: the system's figure minus {baseline}'s at the same training seed "
-            "(runs at one seed share the batch order, and the negatives where both draw them alike). A check, not a test: a recipe "
-            "called better should be better at every seed, but one sign at every seed also happens by chance (probability 2 / 2^n "
-            "over n seeds: 0.5 over 2, 0.25 over 3).\n")
-
-
-def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | None = None, ks: Sequence[int | str] = (20, 100),
-                         beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """"## Seed against seed": every two seeds of each system under the paired test over questions
-    (uncorrected), so a reader sees how often the seed alone passes for a significant difference
-    ("" when no system has two seeds with per-query outcomes)."""
-    s = settings or StatsSettings()
-    check_beir_metrics(beir_metrics)
-    columns = _columns(runs, ks, beir_metrics)
-    pairs = seed_against_seed(runs, [(d, m) for d, m, _ in columns], s)
-    if not pairs:
-        return ""
-    by_cell: dict[tuple[str, str, str], list[SeedPair]] = {}
-    for pair in pairs:
-        by_cell.setdefault((pair.system, pair.dataset, pair.metric), []).append(pair)
-    head = ["system", *(c[2] for c in columns)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def cell(mine: list[SeedPair] | None, metric: str) -> str:
-        if not mine:
-            return "–"
-        rejected = sum(p.p < s.alpha for p in mine)
-        return f"{rejected} of {len(mine)} (largest Δ {_number(max(abs(p.delta) for p in mine), metric)})"
-
-    for system in _in_order(p.system for p in pairs):
-        lines.append("| " + " | ".join([system, *(cell(by_cell.get((system, d, m)), m) for d, m, _ in columns)]) + " |")
-    rejected = sum(p.p < s.alpha for p in pairs)
-    return ("## Seed against seed\n\n" + "\n".join(lines)
-            + f"\n\nEach cell: of the pairs of the system's seeds, how many differ at p < {s.alpha:g} under the test of these runs above "
-            "(the paired sign-flip test over questions, exact where the outcomes allow), uncorrected, and the largest difference (in "
-            "absolute value) between two of its seeds. In all "
-            f"{rejected} of {len(pairs)} such tests reject. Two seeds of one recipe are two trained models: when they \"differ "
-            "significantly\", the test over questions is telling these runs apart, not recipes, and a significant difference between "
-            "two systems that is no larger than these is not, by itself, evidence that their recipes differ.\n")
-
-
 def relations_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100)) -> str:
     """EntityQuestions per relation: rows relations then the macro average; columns each system's top-k."""
     eq = _seed_means([r for r in runs if r.task == "entity_questions"])
@@ -276,92 +114,6 @@ def relations_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 10
         lines.append("| " + " | ".join([rel, *(value(r.relations.get(rel, {}), k) for r in eq for k in ks)]) + " |")
     lines.append("| " + " | ".join(["**macro average**", *(value(r.top_k, k) for r in eq for k in ks)]) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _seed_means(runs: Sequence[RunResult]) -> list[RunResult]:
-    """One run per system: its runs' top-k per relation and macro top-k averaged over seeds."""
-    groups: dict[str, list[RunResult]] = {}
-    for run in runs:
-        groups.setdefault(run.system, []).append(run)
-
-    def mean(dicts: list[dict]) -> dict:
-        keys = _in_order(k for d in dicts for k in d)
-        return {k: sum(d[k] for d in dicts if k in d) / sum(1 for d in dicts if k in d) for k in keys}
-
-    return [RunResult(system, mine[0].dataset, mine[0].task, top_k=mean([r.top_k for r in mine]),
-                      relations={rel: mean([r.relations[rel] for r in mine if rel in r.relations]) for rel in _in_order(x for r in mine for x in r.relations)})
-            for system, mine in groups.items()]
-
-
-def plot_file_name(dataset: str) -> str:
-    return "topk-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", dataset).strip("-") or "dataset") + ".png"
-
-
-def plot_curves(runs: Sequence[RunResult], dataset: str, path: str | os.PathLike) -> Path | None:
-    """The top-k accuracy curves of `dataset`'s runs as a PNG at `path` (atomically); None when
-    no run of it has a curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never a display
-    import matplotlib.pyplot as plt
-
-    mine = [r for r in runs if r.dataset == dataset and r.curve]
-    if not mine:
-        log.info("%s: no run has a top-k curve; no plot", dataset)
-        return None
-    task = mine[0].task
-    groups: dict[str, list[list[float]]] = {}
-    for run in mine:
-        groups.setdefault(run.system, []).append(run.curve)
-    spread = False
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    try:
-        for system, curves in groups.items():
-            length = min(len(c) for c in curves)
-            ks = range(1, length + 1)
-            mean = [sum(c[i] for c in curves) / len(curves) for i in range(length)]
-            label = system if len(curves) == 1 else f"{system} (mean of {len(curves)} seeds)"
-            (line,) = ax.plot(ks, mean, label=label, linewidth=1.6)
-            if len(curves) > 1:  # the spread over seeds: shaded from the lowest to the highest run at each k
-                ax.fill_between(ks, [min(c[i] for c in curves) for i in range(length)], [max(c[i] for c in curves) for i in range(length)],
-                                color=line.get_color(), alpha=0.2, linewidth=0)
-                spread = True
-        ax.set_xlabel("k (passages retrieved)")
-        ax.set_ylabel("queries with a relevant passage in the top k (%)" if task == "beir" else
-                      "top-k accuracy (%)" + (", macro average" if task == "entity_questions" else ""))
-        ax.set_title(f"{dataset}: top-k accuracy" + (" (shaded: min-max over seeds)" if spread else ""))
-        ax.set_xlim(1, max(len(r.curve) for r in mine))
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
-        fig.tight_layout()
-        path = Path(path)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
-    finally:
-        plt.close(fig)
-    return path
-
-
-def reference_table(runs: Sequence[RunResult]) -> str:
-    """Each table row's figures as its paper reports them (results.json's `reference`, written by
-    scripts/experiment.py from the table's config) beside the mean over this system's seeds."""
-    rows = []
-    for system in _in_order(r.system for r in runs):
-        mine = [r for r in runs if r.system == system]
-        reference = next((r.reference for r in mine if r.reference), {})
-        for name, paper in reference.items():
-            k = name.removeprefix("top")
-            reached = [r.top_k[k] for r in mine if k in r.top_k]
-            here = sum(reached) / len(reached) if reached else None
-            delta = f"{here - paper:+.1f}" if here is not None else "–"
-            rows.append(f"| {system} | {mine[0].dataset} | top-{k} | {paper:.1f} | {_fmt(here)} ({len(reached)} run(s)) | {delta} |")
-    if not rows:
-        return ""
-    return "| system | dataset | metric | paper | here, mean | here − paper |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
-
-
-def _fmt(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
 
 
 def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequence[int | str] = (20, 100),

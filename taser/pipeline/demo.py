@@ -10,7 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from taser.data.squad import convert_squad
-from taser.evaluation.report import RunResult, markdown_table, plot_curves, plot_file_name, read_run
+from taser.evaluation.curves import plot_curves, plot_file_name
+from taser.evaluation.report import RunResult, markdown_table, read_run
 from taser.io import atomic_open
 from taser.models.biencoder import read_checkpoint_config
 from taser.pipeline.evaluate import evaluate_bm25, evaluate_hybrid

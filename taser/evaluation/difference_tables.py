@@ -1,0 +1,168 @@
+"""The report's tables of differences against a baseline: the paired differences with their
+p-values, the smallest difference the table can see, each system seed by seed, every two seeds of
+one system, and each row beside its paper's figures (`taser.evaluation.report` assembles them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from taser.evaluation.comparison import Comparison, StatsSettings
+from taser.evaluation.runs import BEIR_METRICS, RunResult, check_beir_metrics
+from taser.evaluation.seed_checks import SeedPair, seed_against_seed, seed_by_seed
+from taser.evaluation.table_format import SIGNIFICANT, _columns, _in_order, _number, _signed
+
+
+def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                      beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Each system's difference from the baseline (seed-averaged, per question) with its Holm-adjusted
+    p-values: the recipe's (`recipe p`, seeds as a random effect) where both have several seeds, and these runs' (`runs p`)."""
+    if not comparison.tests:
+        return ""
+    columns = [c for c in _columns(runs, ks, beir_metrics) if any(k[1:] == c[:2] and v.p is not None for k, v in comparison.cells.items())]
+    head = ["system", *(f"Δ {c[2]}" for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in _in_order(r.system for r in runs):
+        cells = []
+        for dataset, metric, _ in columns:
+            cell = comparison.cells.get((system, dataset, metric))
+            if cell is None or cell.p_holm is None:
+                cells.append("–")
+            elif cell.recipe is not None:
+                cells.append(f"{_signed(cell.delta, metric)} (recipe p={cell.recipe_holm:.2g}; runs p={cell.p_holm:.2g})"
+                             + (f" {SIGNIFICANT}" if cell.significant else ""))
+            else:
+                cells.append(f"{_signed(cell.delta, metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
+        if system != comparison.settings.baseline:
+            lines.append("| " + " | ".join([system, *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                     beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Per column: the smallest difference detectable at `power` (alpha as the table's, before Holm)
+    by the recipe test (median over the systems tested, at their seeds) and by the test of these
+    runs; and the matched seeds a recipe test would need for 1 and 2 points (at the observed variance)."""
+    from taser.evaluation.recipes import seeds_needed
+
+    alpha, power, targets = comparison.settings.alpha, comparison.settings.power, tuple(comparison.settings.seeds_for)
+    lines = []
+    for dataset, metric, label in _columns(runs, ks, beir_metrics):
+        cells = [c for k, c in comparison.cells.items() if k[1:] == (dataset, metric) and c.p is not None]
+        recipes = [c.recipe for c in cells if c.recipe is not None and c.recipe.design == "paired by seed"]
+        runs_mdd = [_runs_detectable(c, alpha, power) for c in cells]
+        runs_mdd = [m for m in runs_mdd if m is not None]
+        if not recipes and not runs_mdd:
+            continue
+        recipe_mdd = sorted(r.detectable(alpha, power) for r in recipes)
+        seeds = sorted({len(r.seeds) for r in recipes})
+        median = recipe_mdd[len(recipe_mdd) // 2] if recipe_mdd else None
+        need = {}
+        for target in targets:
+            if metric in BEIR_METRICS or not recipes:  # the targets are points of a percentage; BEIR's metrics are fractions
+                need[target] = "–"
+                continue
+            counts = sorted((seeds_needed(r.components, target, alpha, power) or 10**9) for r in recipes)
+            middle = counts[len(counts) // 2]  # the median, a system that 200 seeds do not reach counting as more
+            need[target] = "> 200" if middle == 10**9 else str(middle)
+        lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
+                     f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
+                     f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | "
+                     + " | ".join(need[t] for t in targets) + " |")
+    if not lines:
+        return ""
+    seeds_heads = " | ".join(f"matched seeds for a recipe difference of {t:g}" for t in targets)
+    return ("| column | recipe test (median over systems) | these runs, over questions | " + seeds_heads + " |\n"
+            + "|---" * (3 + len(targets)) + "|\n" + "\n".join(lines) + "\n\n"
+            f"The difference each test detects with probability {power:.0%} at p < {alpha:g} (two-sided, before Holm's correction): "
+            "a 'no difference' in this table means no difference larger than about this. Recipe test: (t_{1-α/2} + t_{power}) x its standard "
+            "error, at the seeds and questions here; seeds needed: the fewest matched seeds whose design reaches that difference at the "
+            "observed variance components (median over the systems tested). These runs: the same over questions alone, which says "
+            "nothing of other seeds.\n")
+
+
+def _runs_detectable(cell, alpha: float, power: float) -> float | None:
+    """The question-only test's detectable difference: (z_{1-α/2} + z_{power}) x its standard error over questions."""
+    from scipy.stats import norm
+
+    return None if cell.runs_se is None else float((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * cell.runs_se)
+
+
+def seed_by_seed_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                       beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Each system's figure minus the baseline's at the same training seed, seed by seed ("" when no
+    system shares a seed with the baseline)."""
+    baseline = comparison.settings.baseline
+    if baseline is None:
+        return ""
+    columns = _columns(runs, ks, beir_metrics)
+    diffs = seed_by_seed(runs, [(d, m) for d, m, _ in columns], baseline)
+    if not diffs:
+        return ""
+    head = ["system", *(f"Δ {c[2]}" for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in _in_order(r.system for r in runs):
+        cells = [diffs.get((system, d, m)) for d, m, _ in columns]
+        if any(cells):
+            lines.append("| " + " | ".join([system, *("–" if c is None else ", ".join(f"{seed}: {_signed(v, m)}" for seed, v in c)
+                                                      for c, (_, m, _) in zip(cells, columns))]) + " |")
+    return ("\n".join(lines) + f"\n\nEach cell, `seed: Δ`: the system's figure minus {baseline}'s at the same training seed "
+            "(runs at one seed share the batch order, and the negatives where both draw them alike). A check, not a test: a recipe "
+            "called better should be better at every seed, but one sign at every seed also happens by chance (probability 2 / 2^n "
+            "over n seeds: 0.5 over 2, 0.25 over 3).\n")
+
+
+def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | None = None, ks: Sequence[int | str] = (20, 100),
+                         beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """"## Seed against seed": every two seeds of each system under the paired test over questions
+    (uncorrected), so a reader sees how often the seed alone passes for a significant difference
+    ("" when no system has two seeds with per-query outcomes)."""
+    s = settings or StatsSettings()
+    check_beir_metrics(beir_metrics)
+    columns = _columns(runs, ks, beir_metrics)
+    pairs = seed_against_seed(runs, [(d, m) for d, m, _ in columns], s)
+    if not pairs:
+        return ""
+    by_cell: dict[tuple[str, str, str], list[SeedPair]] = {}
+    for pair in pairs:
+        by_cell.setdefault((pair.system, pair.dataset, pair.metric), []).append(pair)
+    head = ["system", *(c[2] for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(mine: list[SeedPair] | None, metric: str) -> str:
+        if not mine:
+            return "–"
+        rejected = sum(p.p < s.alpha for p in mine)
+        return f"{rejected} of {len(mine)} (largest Δ {_number(max(abs(p.delta) for p in mine), metric)})"
+
+    for system in _in_order(p.system for p in pairs):
+        lines.append("| " + " | ".join([system, *(cell(by_cell.get((system, d, m)), m) for d, m, _ in columns)]) + " |")
+    rejected = sum(p.p < s.alpha for p in pairs)
+    return ("## Seed against seed\n\n" + "\n".join(lines)
+            + f"\n\nEach cell: of the pairs of the system's seeds, how many differ at p < {s.alpha:g} under the test of these runs above "
+            "(the paired sign-flip test over questions, exact where the outcomes allow), uncorrected, and the largest difference (in "
+            "absolute value) between two of its seeds. In all "
+            f"{rejected} of {len(pairs)} such tests reject. Two seeds of one recipe are two trained models: when they \"differ "
+            "significantly\", the test over questions is telling these runs apart, not recipes, and a significant difference between "
+            "two systems that is no larger than these is not, by itself, evidence that their recipes differ.\n")
+
+
+def reference_table(runs: Sequence[RunResult]) -> str:
+    """Each table row's figures as its paper reports them (results.json's `reference`, written by
+    scripts/experiment.py from the table's config) beside the mean over this system's seeds."""
+    rows = []
+    for system in _in_order(r.system for r in runs):
+        mine = [r for r in runs if r.system == system]
+        reference = next((r.reference for r in mine if r.reference), {})
+        for name, paper in reference.items():
+            k = name.removeprefix("top")
+            reached = [r.top_k[k] for r in mine if k in r.top_k]
+            here = sum(reached) / len(reached) if reached else None
+            delta = f"{here - paper:+.1f}" if here is not None else "–"
+            rows.append(f"| {system} | {mine[0].dataset} | top-{k} | {paper:.1f} | {_fmt(here)} ({len(reached)} run(s)) | {delta} |")
+    if not rows:
+        return ""
+    return "| system | dataset | metric | paper | here, mean | here − paper |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
