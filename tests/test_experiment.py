@@ -289,8 +289,29 @@ def test_the_report_sets_each_row_beside_its_papers_figures(tmp_path):
         d.mkdir()
         (d / "results.json").write_text(json.dumps({"task": "qa", "dataset": "NQ", "name": "DPR", "seed": seed,
                                                     "top_k": {"20": top20, "100": 80.0}, "reference": {"top20": 78.4, "top100": None}}))
-    table = reference_table(read_runs([str(tmp_path)]))
+    runs = read_runs([str(tmp_path)])
+    table = reference_table(runs)
     assert "| DPR | NQ | top-20 | 78.4 | 71.0 (2 run(s)) | -7.4 |" in table and "top-100" not in table  # not reported: no row
+    from taser.evaluation.report import report_markdown
+
+    assert "## Beside the papers' figures\n\n" + table in report_markdown(runs, {})  # the report carries the section
+
+
+def test_a_row_without_training_reports_once_with_the_first_seed(squad4, tiny_pretrained, tmp_path, monkeypatch):
+    """Would catch BM25 or zero-shot written at every seed of a sweep (the report would count one
+    seedless system several times) or at none."""
+    from taser.pipeline import rows
+    from taser.pipeline.stages import Stage
+
+    evaluated = tmp_path / "evaluated"
+    evaluated.mkdir()
+    (evaluated / "results.json").write_text(json.dumps({"task": "qa", "dataset": "SQuAD", "name": "BM25", "top_k": {"1": 50.0}}))
+    (evaluated / "per_query.jsonl").write_text(json.dumps({"id": "0", "rank": 1}) + "\n")
+    monkeypatch.setattr(rows.RowRun, "evaluate", lambda self, row, seed: Stage("evaluate-x", evaluated, False, 0.0))
+    for seed in (1, 2):
+        rows.run_row(job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + ["row=bm25", f"seed={seed}", f"out_dir={tmp_path / str(seed)}"]))
+    assert (tmp_path / "1" / "retrieval" / "results.json").is_file() and not (tmp_path / "2" / "retrieval").exists()
+    assert "reports once, with the table's first seed (1)" in json.loads((tmp_path / "2" / "experiment.json").read_text())["results"]
 
 
 @pytest.mark.slow

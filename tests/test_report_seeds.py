@@ -123,15 +123,20 @@ def test_intervals_are_drawn_once_across_baselines(seeded_runs, monkeypatch):
 
 def test_the_report_says_what_difference_it_can_see_and_what_seeds_a_difference_needs(seeded_runs, tmp_path):
     root, _ = seeded_runs
-    report = write_report(read_runs([root]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="dpr", resamples=500, seeds_for=(0.5, 3.0)))
+    report = write_report(read_runs([root]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="dpr", resamples=500, seeds_for=(4.25, 8.5)))
     text = report["markdown"]
     section = text.split("## The smallest difference this table can see (against dpr)")[1].split("\n## ")[0]
-    assert "| matched seeds for a recipe difference of 0.5 | matched seeds for a recipe difference of 3 |" in section
+    assert "| matched seeds for a recipe difference of 4.25 | matched seeds for a recipe difference of 8.5 |" in section
     row = next(line for line in section.splitlines() if line.startswith("| SQuAD top-1 |"))
     recipe, runs_only = (float(c.split()[0]) for c in row.split("|")[2:4])
     taser = report["comparison"].cells[("taser", "SQuAD", "top-1")]
     assert recipe == pytest.approx(taser.recipe.detectable(0.05, 0.8), abs=0.051) and "(3 seeds)" in row
     assert 0 < runs_only  # over questions alone
+    from taser.evaluation.recipes import seeds_needed
+
+    needed = [c.strip() for c in row.strip("|").split("|")[3:5]]
+    assert needed == [str(seeds_needed(taser.recipe.components, d) or "> 200") for d in (4.25, 8.5)]
+    assert needed[0] == "> 200" and needed[1].isdigit() and int(needed[1]) > 3  # the targets sit where the count changes: the check can fail
     assert "no difference larger than about this" in section
 
 
@@ -152,3 +157,20 @@ def test_the_mark_rests_on_the_recipe_test_not_on_the_test_of_these_runs(tmp_pat
     taser_line = next(line for line in report["markdown"].splitlines() if line.startswith("| taser |"))
     assert "†" not in taser_line
     assert "(recipe p=" in report["markdown"] and "runs p=" in report["markdown"]
+
+
+def test_a_recipe_against_a_seedless_baseline_counts_the_recipes_seeds(tmp_path):
+    """Would catch a trained recipe tested against BM25 or zero-shot over questions alone: its seeds
+    scatter, so the recipe test (a fixed reference against the recipe's seeds) is far more
+    cautious than the test of these runs."""
+    rng = np.random.default_rng(5)
+    n = 2000
+    root = tmp_path / "runs"
+    base = rng.random(n)
+    write_run(root, "BM25", [1 if x < 0.5 else None for x in base])
+    for seed, shift in ((1, 0.12), (2, -0.04), (3, 0.10)):
+        write_run(root, "taser", [1 if x < 0.5 + shift else None for x in base], seed)
+    report = write_report(read_runs([root]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="BM25", resamples=500))
+    cell = report["comparison"].cells[("taser", "SQuAD", "top-1")]
+    assert cell.recipe.design == "unpaired, against a seedless system" and cell.recipe.seeds == (3, 1)
+    assert cell.p_holm < 1e-6 and cell.recipe.p > 0.05 and not cell.significant
