@@ -83,21 +83,27 @@ class Comparison:
         return any(c.interval is not None for c in self.cells.values())
 
 
+def run_outcomes(run: RunResult, metric: str) -> Outcomes | None:
+    """One run's per-question outcomes on `metric`, read once per run and metric (the figures, the
+    seed tables and the tests all start from them); None without per-query records or that metric."""
+    if run.per_query is None:
+        return None
+    if metric not in run.outcomes_cache:
+        try:
+            run.outcomes_cache[metric] = mean_outcomes([(str(run.path), run.per_query)], metric)
+        except ValueError:
+            run.outcomes_cache[metric] = None
+    return run.outcomes_cache[metric]
+
+
 def figure(run: RunResult, metric: str) -> float | None:
     """The run's figure on a report metric ("top-20" or a BEIR metric): from its per-question
     outcomes when it wrote them (results.json rounds to 2 decimals), else from results.json."""
     value = run.top_k.get(metric.removeprefix("top-")) if metric.startswith("top-") else run.metrics.get(metric)
     if value is None:
         return None
-    if run.per_query is not None:
-        if metric not in run.figures:
-            try:
-                one = mean_outcomes([(str(run.path), run.per_query)], metric)
-                run.figures[metric] = float(np.sum(one.weights * one.values))
-            except ValueError:
-                run.figures[metric] = float(value)
-        return run.figures[metric]
-    return float(value)
+    one = run_outcomes(run, metric)
+    return float(value) if one is None else float(np.sum(one.weights * one.values))
 
 
 def paired_difference(mine: Outcomes, other: Outcomes, settings: StatsSettings) -> tuple[float, float]:
@@ -130,7 +136,7 @@ def seed_table(runs: Sequence[RunResult], metric: str, ids: Sequence[str]) -> tu
     usable = [r for r in runs if r.seed is not None and r.per_query is not None and figure(r, metric) is not None]
     if len(usable) < 2 or len({r.seed for r in usable}) != len(usable):
         return None
-    rows = [mean_outcomes([(str(r.path), r.per_query)], metric) for r in usable]
+    rows = [run_outcomes(r, metric) for r in usable]
     return [r.seed for r in usable], np.stack([o.aligned(ids) for o in rows]), rows[0].weights if tuple(rows[0].ids) == tuple(ids) else None
 
 
@@ -139,7 +145,7 @@ def fixed_table(runs: Sequence[RunResult], metric: str, ids: Sequence[str]) -> t
     fixed reference with no seed variance of its own."""
     if len(runs) != 1 or runs[0].seed is not None or runs[0].per_query is None or figure(runs[0], metric) is None:
         return None
-    return [None], mean_outcomes([(str(runs[0].path), runs[0].per_query)], metric).aligned(ids)[None, :], None
+    return [None], run_outcomes(runs[0], metric).aligned(ids)[None, :], None
 
 
 def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: str, ids: Sequence[str], weights,

@@ -43,7 +43,7 @@ class RunResult:
     seed: int | None = None  # the checkpoint's training seed (None: BM25, zero-shot, an imported model)
     per_query: list[dict] | None = None  # the evaluation's per-question outcomes (taser.evaluation.per_query), when written
     reference: dict[str, float] = field(default_factory=dict)  # a table row's figures from its paper ({"top20": 78.4}; scripts/experiment.py)
-    figures: dict[str, float] = field(default_factory=dict, repr=False, compare=False)  # unrounded figures from per_query (comparison.figure's cache)
+    outcomes_cache: dict = field(default_factory=dict, repr=False, compare=False)  # metric -> its per-question outcomes (comparison.run_outcomes)
 
 
 SEED_IN_PATH = re.compile(r"(^|,)train\.seed=[^,/]*")
