@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from taser.evaluation.recipes import Components, detectable_difference, paired_by_seed, seeds_needed, two_level_interval, unpaired
-from taser.evaluation.significance import exact_sign_flip_p, paired_test
+from taser.evaluation.significance import exact_sign_flip_p, paired_test, sign_flip_test
 
 
 def brute_force_p(d, w=None) -> float:
@@ -29,6 +29,34 @@ def test_the_exact_p_equals_a_brute_force_enumeration(case):
     d = rng.integers(-seeds, seeds + 1, size=n) * (100.0 / seeds)
     weights = rng.integers(1, 4, size=n).astype(float) if case % 3 == 0 else None  # unequal, rational weights (EntityQuestions)
     assert exact_sign_flip_p(d, weights) == pytest.approx(brute_force_p(d, weights), abs=1e-12)
+
+
+def one_sided_brute_force_p(d, alternative: str) -> float:
+    d = np.asarray(d, dtype=float)
+    observed = np.mean(d)
+    sums = [np.mean(d * np.array(signs)) for signs in itertools.product((-1, 1), repeat=len(d))]
+    hits = sum(s <= observed + 1e-12 if alternative == "less" else s >= observed - 1e-12 for s in sums)
+    return hits / 2 ** len(d)
+
+
+@pytest.mark.parametrize("case", range(8))
+@pytest.mark.parametrize("alternative", ["less", "greater"])
+def test_the_one_sided_exact_p_equals_a_brute_force_enumeration(case, alternative):
+    rng = np.random.default_rng(100 + case)
+    d = rng.integers(-2, 3, size=int(rng.integers(3, 12))) * 50.0
+    assert exact_sign_flip_p(d, alternative=alternative) == pytest.approx(one_sided_brute_force_p(d, alternative), abs=1e-12)
+
+
+def test_one_sided_p_by_hand_and_in_monte_carlo():
+    # 3 losses, no wins: only the observed signs reach a sum that low: 1/8; the other tail holds every sign: 1
+    assert exact_sign_flip_p([-100.0] * 3, alternative="less") == 1 / 8
+    assert exact_sign_flip_p([-100.0] * 3, alternative="greater") == 1.0
+    assert exact_sign_flip_p([0.0] * 4, alternative="less") == 1.0
+    a, b = np.array([1.0, np.pi, np.e, 2**0.5, 3**0.5]), np.zeros(5)  # no common unit: random flips; all 5 lower: 1 sign in 32
+    p_less, how = sign_flip_test(b, a, resamples=4999, alternative="less")
+    assert how == "Monte Carlo, 4999 flips" and p_less == pytest.approx(1 / 32, abs=0.01)
+    with pytest.raises(ValueError, match="alternative"):
+        exact_sign_flip_p([1.0], alternative="lower")
 
 
 def test_exact_p_has_no_floor_and_falls_back_where_there_is_no_lattice():

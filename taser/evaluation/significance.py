@@ -12,7 +12,9 @@ EntityQuestions' macro average. Both tests below use that weighted mean.
   few values): the distribution of the sum of the flipped differences is the convolution of one
   binomial per distinct magnitude, computed exactly, so there is no resampling noise and no floor.
   Otherwise (continuous metrics: nDCG, MRR) `resamples` random flips (`scipy.stats.permutation_test`),
-  whose smallest p-value is 2 / (resamples + 1). Identical outcomes give p = 1.
+  whose smallest p-value is 2 / (resamples + 1). Identical outcomes give p = 1. `alternative`
+  "less" / "greater" gives the one-sided p-value, P(sum <= observed) / P(sum >= observed), of the
+  same distribution (the encoding backends' gate, `taser.evaluation.encoding_gate`, asks "less").
 - `holm`: Holm's step-down adjustment of several p-values (family-wise error rate).
 - `bootstrap_interval`: the percentile interval of the weighted mean over questions resampled with
   replacement (`scipy.stats.bootstrap`).
@@ -70,13 +72,24 @@ def _lattice(magnitudes: np.ndarray, max_total: int, max_denominator: int = 720)
     return np.array([int(ratios[float(v)] * scale) for v in magnitudes], dtype=np.int64)
 
 
+ALTERNATIVES = ("two-sided", "less", "greater")
+
+
+def _alternative(alternative: str) -> str:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, got {alternative!r}")
+    return alternative
+
+
 def exact_sign_flip_p(differences: Sequence[float], weights: Sequence[float] | None = None, max_support: int = EXACT_SUPPORT,
-                      max_work: int = EXACT_WORK) -> float | None:
-    """The exact two-sided p-value of the sign-flip test of sum_i w_i d_i = 0: P(|sum_i s_i w_i d_i| >= |observed|)
-    over the 2**n equally likely signs, or None when the w_i d_i share no small lattice (see `_lattice`)
-    or the convolution would exceed `max_work` operations (the caller then resamples)."""
+                      max_work: int = EXACT_WORK, alternative: str = "two-sided") -> float | None:
+    """The exact p-value of the sign-flip test of sum_i w_i d_i = 0 over the 2**n equally likely signs:
+    two-sided P(|sum_i s_i w_i d_i| >= |observed|), "less" P(sum <= observed), "greater" P(sum >= observed);
+    or None when the w_i d_i share no small lattice (see `_lattice`) or the convolution would exceed
+    `max_work` operations (the caller then resamples)."""
     from scipy.stats import binom
 
+    _alternative(alternative)
     d = np.asarray(differences, dtype=float)
     x = d * _weights(len(d), weights)
     keep = np.abs(x) > 1e-15 * max(1.0, float(np.abs(x).max(initial=0.0)))
@@ -105,19 +118,21 @@ def exact_sign_flip_p(differences: Sequence[float], weights: Sequence[float] | N
             start = total - (reach - value * count) + shift
             dist[start : start + len(current)] += weight * current
     values = np.arange(-total, total + 1)
-    p = float(dist[np.abs(values) >= abs(observed)].sum())
+    tail = {"two-sided": np.abs(values) >= abs(observed), "less": values <= observed, "greater": values >= observed}[alternative]
+    p = float(dist[tail].sum())
     return min(1.0, float(f"{p:.12g}"))  # the sum's last bits are rounding: 2/64 prints as 0.0625, not 0.06250000000000001
 
 
 def sign_flip_test(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None,
-                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, str]:
-    """(p, how): the paired sign-flip test's two-sided p-value, exact where `exact_sign_flip_p`
-    can compute it ("exact"), else over `resamples` random flips ("Monte Carlo, N flips")."""
+                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0, alternative: str = "two-sided") -> tuple[float, str]:
+    """(p, how): the paired sign-flip test's p-value of sum_i w_i (a_i - b_i) = 0 (two-sided, or one-sided:
+    "less" when a's figure is below b's), exact where `exact_sign_flip_p` can compute it ("exact"), else
+    over `resamples` random flips ("Monte Carlo, N flips")."""
     a, b = _paired(a, b)
-    exact = exact_sign_flip_p(a - b, weights)
+    exact = exact_sign_flip_p(a - b, weights, alternative=alternative)
     if exact is not None:
         return exact, "exact"
-    return _monte_carlo_p(a, b, weights, resamples, seed), f"Monte Carlo, {resamples} flips"
+    return _monte_carlo_p(a, b, weights, resamples, seed, alternative), f"Monte Carlo, {resamples} flips"
 
 
 def paired_test(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None,
@@ -126,7 +141,7 @@ def paired_test(a: Sequence[float], b: Sequence[float], weights: Sequence[float]
     return sign_flip_test(a, b, weights, resamples, seed)[0]
 
 
-def _monte_carlo_p(a, b, weights, resamples: int, seed: int) -> float:
+def _monte_carlo_p(a, b, weights, resamples: int, seed: int, alternative: str = "two-sided") -> float:
     from scipy.stats import permutation_test
 
     a, b = _paired(a, b)
@@ -136,7 +151,7 @@ def _monte_carlo_p(a, b, weights, resamples: int, seed: int) -> float:
         return np.sum(w * (x - y), axis=axis)
 
     result = permutation_test((a, b), statistic, permutation_type="samples", vectorized=True, n_resamples=resamples,
-                              alternative="two-sided", batch=BATCH, rng=np.random.default_rng(seed))
+                              alternative=_alternative(alternative), batch=BATCH, rng=np.random.default_rng(seed))
     return float(result.pvalue)
 
 
