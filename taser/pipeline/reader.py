@@ -22,8 +22,9 @@ from taser.evaluation.per_query import PER_QUERY_FILE, write_per_query
 from taser.evaluation.runs import RESULTS_FILE, system_name
 from taser.io import atomic_open
 from taser.progress import progress
-from taser.reader.config import ReadJob, TrainReaderJob
-from taser.reader.data import iter_for_reader, read_for_reader, training_set
+from taser.reader.config import ReaderStage, ReadJob, TrainReaderJob
+from taser.reader.data import TrainingSet, iter_for_reader, read_for_reader, reading_set, training_set
+from taser.reader.gold import read_gold_passages
 from taser.reader.model import Reader, load_reader, read_reader_config
 from taser.reader.reading import predict, read_passages
 from taser.reader.selection import DevSelection
@@ -33,9 +34,6 @@ from taser.training.distributed import destroy_distributed, init_distributed
 from taser.training.provenance import training_provenance
 
 log = logging.getLogger(__name__)
-
-DEV_MAX_ANSWER_LENGTH = 10  # subword tokens of a dev answer (DPR: 10, as read.py's default)
-
 
 def new_reader(job: TrainReaderJob):
     """(reader, tokenizer): fresh on `model.pretrained` (its heads drawn from `train.seed`), or
@@ -50,26 +48,37 @@ def new_reader(job: TrainReaderJob):
     if m.init_checkpoint:
         model = Reader.load(m.init_checkpoint)
         model.config.max_length, model.config.max_question_length = m.max_length, m.max_question_length
+        model.config.max_answer_length = m.max_answer_length or model.config.max_answer_length
         tokenizer = AutoTokenizer.from_pretrained(m.init_checkpoint)
     else:
         source = m.pretrained or SHIPPED_MODEL
         torch.manual_seed(job.train.seed)
-        model = Reader.from_pretrained(source, m.max_length, m.max_question_length)
+        model = Reader.from_pretrained(source, m.max_length, m.max_question_length, m.max_answer_length or 10)
         tokenizer = load_tokenizer(source)
     model.set_dropout(m.dropout)
     return model, tokenizer
+
+
+def training_data(job: TrainReaderJob, tokenizer, config) -> TrainingSet:
+    """The stage's training questions: gold passages alone (`reading`), or retrieved passages with
+    the gold passage as the positive where `gold_file` knows it (`open_domain`)."""
+    lengths = (config.max_length, config.max_question_length)
+    if job.train.stage == ReaderStage.reading:
+        return reading_set(job.gold_file, tokenizer, *lengths, train_file=job.train_file)
+    gold = read_gold_passages(job.gold_file) if job.gold_file else None
+    return training_set(job.train_file, tokenizer, job.train.top_n, *lengths, job.match, gold=gold)
 
 
 def train_reader(job: TrainReaderJob, output_dir: str | None = None) -> ReaderTrainResult:
     dist_info = init_distributed(device=job.train.device)  # the process group follows the training device
     try:
         model, tokenizer = new_reader(job)
-        data = training_set(job.train_file, tokenizer, job.train.top_n, model.config.max_length, model.config.max_question_length, job.match)
+        data = training_data(job, tokenizer, model.config)
         out = Path(output_dir or job.output_dir)
         dev = None
         if job.dev_file:
             dev = DevSelection(read_for_reader(job.dev_file, k=job.train.val_passages, max_questions=job.train.val_max_questions),
-                               job.train.val_passages, str(job.match), DEV_MAX_ANSWER_LENGTH, 32, out)
+                               job.train.val_passages, str(job.match), model.config.max_answer_length, 32, out)
         out.mkdir(parents=True, exist_ok=True)
         return ReaderTrainer(model, tokenizer, data, job.train, out, dist_info, dev).train()
     finally:
@@ -134,12 +143,13 @@ def read(job: ReadJob) -> dict:
     device = pick_device(job.device)
     runtime = precision_record(job.precision, device)
     model, tokenizer = load_reader(job.checkpoint)
+    max_answer_length = job.max_answer_length or model.config.max_answer_length
     predictions, per_query, passages_read, seconds = [], [], 0, 0.0
     em, f1, top_k = dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0)
     with progress(desc="read", unit="question", enabled=job.progress) as bar:
         for chunk in _chunks(iter_for_reader(job.retrieval, k=max(ks), max_questions=job.max_questions), QUESTIONS_PER_CHUNK):
             start = time.perf_counter()
-            passages = read_passages(model, tokenizer, chunk, max(ks), job.max_answer_length, job.batch_size, runtime["precision"], device,
+            passages = read_passages(model, tokenizer, chunk, max(ks), max_answer_length, job.batch_size, runtime["precision"], device,
                                      show_progress=False)
             seconds += time.perf_counter() - start
             passages_read += sum(len(p) for p in passages)
@@ -160,7 +170,7 @@ def read(job: ReadJob) -> dict:
         raise DataFormatError(job.retrieval, "top level", "no records: nothing to read")
     results = {
         "task": "reader", **describe_reading(job), "reader": str(job.checkpoint), "retrieval": str(job.retrieval), "questions": n,
-        "ks": ks, "match": str(job.match), "max_answer_length": job.max_answer_length,
+        "ks": ks, "match": str(job.match), "max_answer_length": max_answer_length,
         "em": {str(k): 100 * em[k] / n for k in ks}, "f1": {str(k): 100 * f1[k] / n for k in ks},
         "top_k": {str(k): 100 * top_k[k] / n for k in ks},  # the retriever's accuracy (ctxs' has_answer) on the same questions
         "seconds": seconds, "passages_per_s": passages_read / max(seconds, 1e-9), **runtime, "per_query_file": PER_QUERY_FILE,

@@ -8,8 +8,14 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from taser.choice import Choice
 from taser.data.config import Match
 from taser.precision import Precision
+
+
+class ReaderStage(Choice):
+    open_domain = "open_domain"  # DPR's: per question a positive and m - 1 negatives among its retrieved passages (both heads)
+    reading = "reading"  # reading comprehension: each question's gold passage alone (the span head; gold_file)
 
 
 def _check_ints(owner, prefix: str, names: tuple[str, ...], minimum: int) -> None:
@@ -26,9 +32,12 @@ class ReaderModelSettings:
     max_length: int = 256  # tokens of [CLS] question [SEP] title [SEP] passage (DPR: 350)
     max_question_length: int = 64  # question tokens kept (the passage gets the rest)
     dropout: float | None = None  # None: the encoder's own (0.1 for BERT and MiniLM)
+    max_answer_length: int | None = None  # subword tokens of an answer span when reading, recorded in the checkpoint (None: init_checkpoint's, else DPR's 10)
 
     def __post_init__(self):
         _check_ints(self, "model.", ("max_length", "max_question_length"), 1)
+        if self.max_answer_length is not None:
+            _check_ints(self, "model.", ("max_answer_length",), 1)
         if self.max_question_length + 8 > self.max_length:
             raise ValueError(f"model.max_question_length={self.max_question_length} leaves no room for a passage in "
                              f"model.max_length={self.max_length}")
@@ -42,7 +51,9 @@ class ReaderTrainConfig:
     passages: int = 24  # m: one positive and m - 1 negatives per question (DPR: 24)
     top_n: int = 100  # the positive and negatives come from the retriever's first top_n passages (DPR: 100)
     max_answers: int = 10  # answer spans of the positive passage marginalised over (DPR: 10)
-    learning_rate: float = 1e-5  # DPR: 1e-5
+    stage: ReaderStage = ReaderStage.open_domain  # reading: gold passages only (needs gold_file); see ReaderStage
+    learning_rate: float = 1e-5  # DPR: 1e-5 (the encoder's rate; the heads' too unless head_learning_rate is set)
+    head_learning_rate: float | None = None  # the freshly drawn span and selection heads' rate (None: learning_rate)
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
     warmup_steps: int = 0
@@ -64,6 +75,7 @@ class ReaderTrainConfig:
 
     def __post_init__(self):
         self.precision = Precision.parse(self.precision, "train.precision")
+        self.stage = ReaderStage.parse(self.stage, "train.stage")
         _check_ints(self, "train.", ("batch_size", "passages", "top_n", "max_answers", "epochs", "log_every", "max_nonfinite_losses"), 1)
         _check_ints(self, "train.", ("warmup_steps", "save_every", "eval_every"), 0)
         _check_ints(self, "train.", ("val_passages",), 1)
@@ -73,18 +85,26 @@ class ReaderTrainConfig:
             raise ValueError(f"train.max_steps must be >= 1 or null (epochs x steps per epoch), got {self.max_steps}")
         if not self.learning_rate > 0:
             raise ValueError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
+            raise ValueError(f"train.head_learning_rate must be > 0 or null (learning_rate), got {self.head_learning_rate}")
 
 
 @dataclass
 class TrainReaderJob:
     model: ReaderModelSettings = field(default_factory=ReaderModelSettings)
     train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
-    train_file: str = MISSING  # a retrieval JSON of the training questions (scripts/evaluate.py's retrieval.json)
+    train_file: str | None = None  # a retrieval JSON of the training questions (scripts/evaluate.py's retrieval.json)
+    gold_file: str | None = None  # the questions' gold passages: a bi-encoder JSON (first positive) or DPR's gold-passage file
     dev_file: str | None = None  # a retrieval JSON of dev questions: the checkpoint with the best dev EM is kept in best/ (DPR's choice)
     match: Match = Match.string  # how has_answer is decided when a ctx lacks it
     output_dir: str = MISSING
 
     def __post_init__(self):
+        stage = ReaderStage.parse(self.train.stage, "train.stage")
+        if stage == ReaderStage.reading and not self.gold_file:
+            raise ValueError("train.stage=reading trains on gold passages: give gold_file=<bi-encoder JSON or DPR's gold-passage file>")
+        if stage == ReaderStage.open_domain and not self.train_file:
+            raise ValueError("train.stage=open_domain reads retrieved passages: give train_file=<retrieval JSON of the training questions>")
         if self.train.eval_every and not self.dev_file:
             raise ValueError(f"train.eval_every={self.train.eval_every} needs dev_file=<retrieval JSON of dev questions> to evaluate on")
 
@@ -96,7 +116,7 @@ class ReadJob:
     out_dir: str = MISSING
     ks: list[int] = field(default_factory=lambda: [1, 5, 20, 50, 100])  # passages read: EM/F1 at each
     match: Match = Match.string  # regex: answers are CuratedTREC patterns
-    max_answer_length: int = 10  # subword tokens (DPR: 10)
+    max_answer_length: int | None = None  # subword tokens of an answer (None: the checkpoint's model.max_answer_length)
     max_questions: int | None = None  # only the first N questions (None: all)
     batch_size: int = 32  # passages per forward pass
     precision: Precision = Precision.auto
@@ -111,7 +131,9 @@ class ReadJob:
         if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
             raise ValueError(f"ks must be a non-empty list of integers >= 1, got {list(self.ks)}")
         self.ks = sorted(set(self.ks))
-        _check_ints(self, "", ("max_answer_length", "batch_size"), 1)
+        _check_ints(self, "", ("batch_size",), 1)
+        if self.max_answer_length is not None:
+            _check_ints(self, "", ("max_answer_length",), 1)
         if self.max_questions is not None and self.max_questions < 1:
             raise ValueError(f"max_questions must be >= 1 or null (all), got {self.max_questions}")
 

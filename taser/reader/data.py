@@ -1,7 +1,12 @@
 """The reader's data: retrieval JSON files (DPR's `{"question", "answers", "ctxs"}` records, as
 `scripts/evaluate.py` writes them), checked for what reading needs, and the training questions
-drawn from them (DPR's: a positive among the retrieved passages that hold an answer, negatives
-among those that do not).
+drawn from them:
+
+- open-domain (`training_set`): DPR's: the positive among the retrieved passages that hold an
+  answer, negatives among those that do not; with gold passages known (`taser.reader.gold`), the
+  question's gold passage is its one positive (DPR's use of NQ's gold information), and it is never
+  a negative;
+- reading comprehension (`reading_set`): each question's gold passage alone, no negatives.
 
 Bad input stops with the file, the record and what is wrong (`DataFormatError`).
 """
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 from taser.data.errors import DataFormatError
 from taser.data.retrieval_json import iter_retrieval_results
 from taser.evaluation.answers import has_answer
+from taser.reader.gold import GoldPassage, find_gold, read_gold_passages
 from taser.reader.inputs import answer_spans, answer_token_ids, encode_passages
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,7 @@ class TrainQuestion:
 class TrainingSet:
     questions: list[TrainQuestion]
     skipped: dict[str, int] = field(default_factory=dict)  # why questions were left out, and how many
+    gold_positives: int = 0  # questions whose positive is their gold passage
 
 
 def _compact(ctx: dict, shared: dict) -> dict:
@@ -85,27 +92,75 @@ def _holds_answer(ctx: dict, answers: Sequence[str], match: str) -> bool:
     return has_answer(answers, ctx["text"], match)
 
 
-def training_set(path: str | os.PathLike, tokenizer, top_n: int, max_length: int, max_question_length: int, match: str = "string") -> TrainingSet:
+def _with_span(tokenizer, question: str, answers: Sequence[str], ctxs: list[dict], max_length: int, max_question_length: int) -> list[dict]:
+    """The ctxs in which an answer's tokens are found within `max_length`."""
+    tokens = answer_token_ids(tokenizer, answers)
+    inputs = encode_passages(tokenizer, question, ctxs, max_length, max_question_length)
+    return [c for c, p in zip(ctxs, inputs) if answer_spans(p, tokens, 1)]
+
+
+def training_set(path: str | os.PathLike, tokenizer, top_n: int, max_length: int, max_question_length: int, match: str = "string",
+                 gold: dict[str, GoldPassage] | None = None) -> TrainingSet:
     """The training questions of retrieval JSON `path`: per question, its first `top_n` passages
-    split into positives and negatives. A question without a positive is skipped and counted
-    (no passage holds an answer, or none holds the answer's tokens within `max_length`)."""
+    split into positives and negatives. With `gold` (`read_gold_passages`), a question whose gold
+    passage holds an answer's tokens has it as its only positive (found among the retrieved ones by
+    id or text, or added when the retriever missed it), and its retrieved copy is never a negative;
+    the others keep DPR's positives. A question without a positive is skipped and counted (no
+    passage holds an answer, or none holds the answer's tokens within `max_length`)."""
     questions, skipped = [], {"no positive in the top passages": 0, "answer tokens not found in a positive": 0}
+    used_gold = 0
     shared: dict = {}  # one copy of each passage (by id), whichever questions retrieved it; each record is dropped once read
     for record in iter_for_reader(path):
         ctxs = [_compact(c, shared) for c in record["ctxs"][:top_n]]
         holds = [_holds_answer(c, record["answers"], match) for c in ctxs]
-        positives = [c for c, h in zip(ctxs, holds) if h]
+        found = find_gold(gold, record["question"]) if gold else None
+        positives = []
+        if found is not None:
+            is_gold = [c["id"] == found.ctx["id"] or c["text"] == found.ctx["text"] for c in ctxs]
+            holds = [h or g for h, g in zip(holds, is_gold)]  # the gold passage is never a negative
+            positives = _with_span(tokenizer, record["question"], record["answers"], [found.ctx], max_length, max_question_length)
+            used_gold += bool(positives)
         if not positives:
-            skipped["no positive in the top passages"] += 1
-            continue
-        answers = answer_token_ids(tokenizer, record["answers"])
-        inputs = encode_passages(tokenizer, record["question"], positives, max_length, max_question_length)
-        positives = [c for c, p in zip(positives, inputs) if answer_spans(p, answers, 1)]
+            positives = [c for c, h in zip(ctxs, holds) if h]
+            if not positives:
+                skipped["no positive in the top passages"] += 1
+                continue
+            positives = _with_span(tokenizer, record["question"], record["answers"], positives, max_length, max_question_length)
         if not positives:
             skipped["answer tokens not found in a positive"] += 1
             continue
         questions.append(TrainQuestion(record["question"], list(record["answers"]), positives, [c for c, h in zip(ctxs, holds) if not h]))
     if not questions:
         raise DataFormatError(path, "all records", f"no question has a positive passage in its top {top_n} ({skipped})")
-    log.info("%s: %d training questions; skipped %s", path, len(questions), skipped)
-    return TrainingSet(questions, skipped)
+    log.info("%s: %d training questions (%d with their gold passage as the positive); skipped %s", path, len(questions), used_gold, skipped)
+    return TrainingSet(questions, skipped, gold_positives=used_gold)
+
+
+def reading_set(gold_path: str | os.PathLike, tokenizer, max_length: int, max_question_length: int, train_file: str | os.PathLike | None = None) -> TrainingSet:
+    """Reading comprehension: each question with its gold passage as its one passage, no negatives.
+
+    The questions and answers are `train_file`'s (a retrieval JSON, its passages unread) when given,
+    each matched to its gold passage in `gold_path`; else the gold file's own (a bi-encoder JSON;
+    DPR's gold-passage files carry no answers). A question without a gold passage, or whose
+    answer's tokens are not in it within `max_length`, is skipped and counted."""
+    gold = read_gold_passages(gold_path)
+    skipped = {"no gold passage": 0, "answer tokens not found in the gold passage": 0}
+    if train_file is not None:
+        pairs = ((r["question"], r["answers"], find_gold(gold, r["question"])) for r in iter_for_reader(train_file))
+    else:
+        if any(g.answers is None for g in gold.values()):
+            raise DataFormatError(gold_path, "top level", "this gold-passage file has no answers: give train_file=<retrieval JSON of its questions> too")
+        pairs = ((g.question, list(g.answers), g) for g in gold.values())
+    questions = []
+    for question, answers, found in pairs:
+        if found is None:
+            skipped["no gold passage"] += 1
+            continue
+        if not _with_span(tokenizer, question, answers, [found.ctx], max_length, max_question_length):
+            skipped["answer tokens not found in the gold passage"] += 1
+            continue
+        questions.append(TrainQuestion(question, list(answers), [found.ctx], []))
+    if not questions:
+        raise DataFormatError(gold_path, "all records", f"no question has a gold passage holding its answer ({skipped})")
+    log.info("%s: %d reading-comprehension questions (gold passages); skipped %s", gold_path, len(questions), skipped)
+    return TrainingSet(questions, skipped, gold_positives=len(questions))

@@ -35,10 +35,11 @@ class ReaderConfig:
     max_length: int = 256
     max_question_length: int = 64
     pretrained: str | None = None  # where the encoder came from (a record only)
+    max_answer_length: int = 10  # subword tokens of an answer span when reading (DPR: 10; older checkpoints: 10)
 
     @classmethod
     def from_dict(cls, values: dict) -> ReaderConfig:
-        return cls(**{k: values[k] for k in ("max_length", "max_question_length", "pretrained") if k in values})
+        return cls(**{k: values[k] for k in ("max_length", "max_question_length", "pretrained", "max_answer_length") if k in values})
 
 
 @dataclass
@@ -94,9 +95,9 @@ class Reader(nn.Module):
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, source: str, max_length: int = 256, max_question_length: int = 64) -> Reader:
+    def from_pretrained(cls, source: str, max_length: int = 256, max_question_length: int = 64, max_answer_length: int = 10) -> Reader:
         """A fresh reader on the encoder at `source` (a local directory, hub name or the shipped MiniLM)."""
-        return cls(_encoder(resolve_pretrained(source)), ReaderConfig(max_length, max_question_length, source))
+        return cls(_encoder(resolve_pretrained(source)), ReaderConfig(max_length, max_question_length, source, max_answer_length))
 
     @classmethod
     def from_encoder_config(cls, encoder_config, config: ReaderConfig) -> Reader:

@@ -28,12 +28,12 @@ from taser.reader.config import ReaderTrainConfig
 from taser.reader.data import TrainingSet
 from taser.reader.loss import reader_loss
 from taser.reader.model import Reader
+from taser.reader.optim import reader_param_groups
 from taser.reader.selection import DevSelection
 from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device, precision_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.grad_norms import clip_gradients
-from taser.training.lr_decay import param_groups
 from taser.training.records import NonFiniteLosses, PendingStep, read_steps
 from taser.training.trainer import linear_schedule, truncate_log
 
@@ -72,8 +72,9 @@ class ReaderTrainer:
         np.random.seed(cfg.seed + self.dist.rank)
         torch.manual_seed(cfg.seed + self.dist.rank)
         model.to(self.device).train()
-        optimizer = torch.optim.AdamW(param_groups(model, cfg.learning_rate, cfg.weight_decay), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                      fused=self.device.type in ("cpu", "cuda"))
+        optimizer = torch.optim.AdamW(reader_param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.head_learning_rate),
+                                      lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
+        self.head_group = next((i for i, g in enumerate(optimizer.param_groups) if g["name"] == "heads"), None)
         scheduler = linear_schedule(optimizer, cfg.warmup_steps, self.total_steps)
         scaler = grad_scaler(self.precision, self.device)
         trained = data_parallel(model, find_unused_parameters=False)
@@ -139,12 +140,16 @@ class ReaderTrainer:
             scaler.update()
         else:
             optimizer.step()
-        lr = scheduler.get_last_lr()[0]
+        rates = scheduler.get_last_lr()
+        lr = rates[0]
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         n = len(batch.input_ids)
         aux = {"span_loss": span / n, "selection_loss": selection / n}  # per question, this rank's
-        return PendingStep({"step": step + 1, "lr": lr, "precision": self.precision}, loss.detach(), correct,
+        record = {"step": step + 1, "lr": lr, "precision": self.precision}
+        if self.head_group is not None:
+            record["head_lr"] = rates[self.head_group]
+        return PendingStep(record, loss.detach(), correct,
                            norms.total if norms is not None else None, aux, norms)
 
     def _write(self, records: list[dict], history: list[dict]) -> None:
@@ -164,8 +169,8 @@ class ReaderTrainer:
         if self.dist.is_main:
             self.model.save(final, self.tokenizer)
             summary = {"steps": step, "seconds": seconds, "median_step_s": median, "config": asdict(self.cfg), "runtime": self.runtime,
-                       "questions": len(self.data.questions), "skipped": self.data.skipped, "last": history[-1] if history else {},
-                       "dev_best": self.dev.best if self.dev is not None else None}
+                       "questions": len(self.data.questions), "gold_positives": self.data.gold_positives, "skipped": self.data.skipped,
+                       "last": history[-1] if history else {}, "dev_best": self.dev.best if self.dev is not None else None}
             with atomic_open(self.out / "train_summary.json") as f:
                 json.dump(summary, f, indent=2, default=str)
         return ReaderTrainResult(step, str(final), seconds, median, history)
