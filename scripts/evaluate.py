@@ -7,28 +7,21 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 `python scripts/evaluate.py retriever=hybrid checkpoint=... index=... hybrid.dense_weight=1.1`
 `python scripts/evaluate.py task=beir beir.dir=beir/scifact checkpoint=... out_dir=outputs/eval/scifact/dense`
 `python scripts/evaluate.py task=entity_questions entity_questions.dir=EntityQuestions/dataset/test data=nq retriever=bm25`
+`python scripts/evaluate.py data=nq_hub retriever=bm25` (a hub question set over a hub corpus, through `datasets`)
+`python scripts/evaluate.py task=beir beir.hub=BeIR/scifact retriever=bm25`
 """
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.evaluate import evaluate_qa
-from taser.pipeline.evaluate_ood import evaluate_beir, evaluate_entity_questions
+from taser.pipeline.evaluate_task import run_evaluation
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    settings = job.retriever_settings()
-    if job.task == "beir":
-        b = job.beir
-        results = evaluate_beir(settings, b.dir, job.out_dir, b.split, job.k, b.ignore_identical_ids, b.work_dir, job.dataset, job.name)
-    elif job.task == "entity_questions":
-        e = job.entity_questions
-        results = evaluate_entity_questions(settings, e.dir, job.passages, job.out_dir, e.split, job.k, job.match, e.write_json, job.name)
-    else:
-        results = evaluate_qa(settings, job.qa_file, job.passages, job.out_dir, job.k, job.match, job.dataset, job.name)
+    results = run_evaluation(job)
     print(results["summary"])
 
 

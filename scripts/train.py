@@ -14,7 +14,7 @@ def main(cfg) -> None:
     job = typed(cfg)  # settings are checked before torch is imported: a mistake is reported in seconds
     from taser.pipeline.train import run_training
 
-    run_training(job.model, job.data.train_files, job.train, run_dir(), dev_file=job.data.dev_file)
+    run_training(job.model, job.data, job.train, run_dir())
 
 
 if __name__ == "__main__":

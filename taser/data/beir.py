@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,28 +30,28 @@ def _exists(path: str | os.PathLike, what: str) -> None:
         raise FileNotFoundError(f"BEIR {what} file not found: {path}")
 
 
-def _id(obj: dict, path: str | os.PathLike, line_no: int) -> str:
+def _id(obj: dict, path: str | os.PathLike, where: str) -> str:
     value = obj.get("_id")
     if value is None:
-        raise DataFormatError(path, f"line {line_no}", "missing field '_id'")
+        raise DataFormatError(path, where, "missing field '_id'")
     # Some BEIR-style files carry numeric ids; ids are strings everywhere else.
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip():
-        raise DataFormatError(path, f"line {line_no}", f"'_id' must be a non-empty string, got {value!r}")
+        raise DataFormatError(path, where, f"'_id' must be a non-empty string, got {value!r}")
     return value
 
 
-def _text_field(obj: dict, name: str, path: str | os.PathLike, line_no: int, required: bool = True) -> str:
+def _text_field(obj: dict, name: str, path: str | os.PathLike, where: str, required: bool = True) -> str:
     if name not in obj:
         if required:
-            raise DataFormatError(path, f"line {line_no}", f"missing field {name!r}")
+            raise DataFormatError(path, where, f"missing field {name!r}")
         return ""
     value = obj[name]
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise DataFormatError(path, f"line {line_no}", f"field {name!r} must be a string, got {type(value).__name__}")
+        raise DataFormatError(path, where, f"field {name!r} must be a string, got {type(value).__name__}")
     return value
 
 
@@ -60,21 +60,26 @@ def read_beir_corpus(path: str | os.PathLike) -> Iterator[Passage]:
     _exists(path, "corpus")
     for line_no, obj in json_lines(path):
         yield Passage(
-            _id(obj, path, line_no),
-            _text_field(obj, "text", path, line_no),
-            _text_field(obj, "title", path, line_no, required=False),
+            _id(obj, path, f"line {line_no}"),
+            _text_field(obj, "text", path, f"line {line_no}"),
+            _text_field(obj, "title", path, f"line {line_no}", required=False),
         )
 
 
 def read_beir_queries(path: str | os.PathLike) -> dict[str, str]:
     """{query id: query text} from a BEIR `queries.jsonl`."""
     _exists(path, "queries")
+    return beir_queries(((f"line {line_no}", obj) for line_no, obj in json_lines(path)), path)
+
+
+def beir_queries(rows: Iterable[tuple[str, dict]], source) -> dict[str, str]:
+    """{query id: query text} from (where, object) pairs of a queries file or dataset (`source`)."""
     queries: dict[str, str] = {}
-    for line_no, obj in json_lines(path):
-        qid = _id(obj, path, line_no)
+    for where, obj in rows:
+        qid = _id(obj, source, where)
         if qid in queries:
-            raise DataFormatError(path, f"line {line_no}", f"duplicate query id {qid!r}")
-        queries[qid] = _text_field(obj, "text", path, line_no)
+            raise DataFormatError(source, where, f"duplicate query id {qid!r}")
+        queries[qid] = _text_field(obj, "text", source, where)
     return queries
 
 
@@ -137,30 +142,40 @@ def read_beir_split(files: BeirFiles) -> tuple[dict[str, str], dict[str, dict[st
     A query id of the qrels that `queries.jsonl` lacks is an error naming both files.
     """
     qrels = read_beir_qrels(files.qrels)
+    return judged_queries(qrels, read_beir_queries(files.queries), files.qrels, files.queries)
+
+
+def judged_queries(qrels: dict[str, dict[str, int]], all_queries: dict[str, str], qrels_source, queries_source) -> tuple[dict, dict]:
+    """(queries, qrels): the queries the qrels judge, in the qrels' order; every judged id must be a query."""
     if not qrels:
-        raise DataFormatError(files.qrels, "line 2", "no judgements after the header")
-    all_queries = read_beir_queries(files.queries)
+        raise DataFormatError(qrels_source, "line 2", "no judgements after the header")
     missing = [qid for qid in qrels if qid not in all_queries]
     if missing:
         shown = ", ".join(repr(q) for q in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise DataFormatError(files.qrels, "query-id column", f"{len(missing)} query id(s) not in {files.queries}: {shown}")
+        raise DataFormatError(qrels_source, "query-id column", f"{len(missing)} query id(s) not in {queries_source}: {shown}")
     return {qid: all_queries[qid] for qid in qrels}, qrels
 
 
 def beir_passages(corpus: str | os.PathLike, stats: dict | None = None) -> Iterator[Passage]:
-    """The corpus as passages for a passages TSV. Document ids must be unique.
+    """The corpus as passages for a passages TSV (`beir_documents`' rules)."""
+    _exists(corpus, "corpus")
+    rows = ((f"line {line_no}", obj) for line_no, obj in json_lines(corpus, desc=f"read {Path(corpus).name}"))
+    return beir_documents(rows, corpus, stats)
+
+
+def beir_documents(rows: Iterable[tuple[str, dict]], source, stats: dict | None = None) -> Iterator[Passage]:
+    """Passages of (where, document) pairs of a corpus file or dataset (`source`). Document ids must be unique.
 
     A document with an empty text but a title is kept with its title as its text (DPR's TSV
     needs a text); one with neither is skipped. `stats` (if given) counts both.
     """
     stats = stats if stats is not None else {}
     stats.update(documents=0, title_as_text=0, skipped_empty=0)
-    _exists(corpus, "corpus")
     seen: set[str] = set()
-    for line_no, obj in json_lines(corpus, desc=f"read {Path(corpus).name}"):
-        p = Passage(_id(obj, corpus, line_no), _text_field(obj, "text", corpus, line_no), _text_field(obj, "title", corpus, line_no, required=False))
+    for where, obj in rows:
+        p = Passage(_id(obj, source, where), _text_field(obj, "text", source, where), _text_field(obj, "title", source, where, required=False))
         if p.id in seen:
-            raise DataFormatError(corpus, f"line {line_no}", f"duplicate document id {p.id!r}")
+            raise DataFormatError(source, where, f"duplicate document id {p.id!r}")
         seen.add(p.id)
         if p.text.strip():
             stats["documents"] += 1
@@ -172,7 +187,7 @@ def beir_passages(corpus: str | os.PathLike, stats: dict | None = None) -> Itera
         else:
             stats["skipped_empty"] += 1
     if not stats["documents"]:
-        raise DataFormatError(corpus, "top level", "no document with a text or a title")
+        raise DataFormatError(source, "top level", "no document with a text or a title")
 
 
 def write_beir_passages(corpus: str | os.PathLike, passages_tsv: str | os.PathLike) -> dict:

@@ -104,6 +104,9 @@ def _scan(path) -> Iterator[tuple[int, int, Any]]:
             skip_ws()
 
 
+scan_records = _scan  # (byte offset, byte length, parsed record) of each record, in order
+
+
 class BiEncoderJsonFile:
     """Random access to the records of a DPR bi-encoder JSON file without holding them in memory."""
 

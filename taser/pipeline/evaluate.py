@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from taser.choice import Choice
-from taser.data.qa import read_qa
+from taser.data.config import HubData
+from taser.data.qa import QAPair, read_qa
 from taser.evaluation.retrieval_eval import evaluate_retrieval
 from taser.evaluation.runs import system_name
 from taser.retrieval.bm25 import BM25Settings
@@ -194,14 +195,27 @@ def with_system(head: dict, meta: dict) -> dict:
 
 
 def evaluate_qa(settings: RetrieverSettings, qa_file, passages_tsv, out_dir, k: int = 100, match: str = "string",
-                dataset: str | None = None, name: str | None = None) -> dict:
-    """Top-k accuracy of `settings`' retriever on a QA file; writes `out_dir/retrieval.json` and `results.json`."""
-    qa = list(read_qa(qa_file))
+                dataset: str | None = None, name: str | None = None, qa: list[QAPair] | None = None) -> dict:
+    """Top-k accuracy of `settings`' retriever on a QA file (or on the questions `qa`, named `qa_file`);
+    writes `out_dir/retrieval.json` and `results.json`."""
+    qa = list(read_qa(qa_file)) if qa is None else qa
     retrieved, meta = retrieve(settings, [q.question for q in qa], passages_tsv, k, out_dir)
     head = {"task": "qa", "dataset": dataset or qa_dataset_name(qa_file), **({"name": name} if name else {})}
     results = evaluate_retrieval(qa, retrieved, passages_tsv, out_dir, match, meta=with_system(head, meta))
     log.info("%s (%s): %s", qa_file, meta["retriever"], results["summary"])
     return results
+
+
+def evaluate_qa_hub(settings: RetrieverSettings, hub: HubData, out_dir, k: int = 100, match: str = "string",
+                    dataset: str | None = None, name: str | None = None) -> dict:
+    """`evaluate_qa` on a hub question set (`hub.qa`, its question and answers columns) over a hub
+    corpus (`hub.passages`, written once as a passages TSV under `hub.work_dir`)."""
+    from taser.data.hub_qa import hub_passages_tsv, load_questions
+
+    qa = load_questions(hub.qa, hub.question_column, hub.answers_column, hub.cache_dir)
+    passages_tsv = hub_passages_tsv(hub.passages, hub.work_dir, hub.id_column, hub.cache_dir)
+    default_name = "-".join(filter(None, (hub.qa.name.rstrip("/").rsplit("/", 1)[-1], hub.qa.config, hub.qa.split)))
+    return evaluate_qa(settings, str(hub.qa), passages_tsv, out_dir, k, match, dataset or default_name, name, qa=qa)
 
 
 def evaluate_dense(

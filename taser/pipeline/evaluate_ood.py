@@ -22,6 +22,8 @@ from pathlib import Path
 from taser.data.beir import beir_files, read_beir_split, write_beir_passages
 from taser.data.entity_questions import DATASET as ENTITY_QUESTIONS
 from taser.data.entity_questions import read_entity_questions
+from taser.data.hub_beir import HubBeir, hub_beir_passages, load_beir_hub
+from taser.data.passages import write_passages
 from taser.data.trec import write_trec_run
 from taser.evaluation.ir_metrics import drop_identical_ids, evaluate_qrels, per_query_metrics, success_curve
 from taser.evaluation.per_query import PER_QUERY_FILE, beir_records, qa_records, write_per_query
@@ -42,24 +44,43 @@ def _source_stamp(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def beir_passages_tsv(corpus: str | os.PathLike, work_dir: str | os.PathLike) -> tuple[Path, dict]:
-    """`work_dir/passages.tsv`: the BEIR corpus as a passages TSV, converted once and reused while
-    `corpus.jsonl` is unchanged (`passages.json` records its source and the conversion counts)."""
-    corpus, work = Path(corpus), Path(work_dir)
+def _converted_once(work_dir: str | os.PathLike, stamp: dict, what: str, convert) -> tuple[Path, dict]:
+    """`work_dir/passages.tsv`, made by `convert(tsv) -> counts` unless `passages.json` records the
+    same source `stamp` (then reused), with the conversion's counts."""
+    work = Path(work_dir)
     tsv, stamp_file = work / "passages.tsv", work / "passages.json"
-    stamp = _source_stamp(corpus)
     if tsv.is_file() and stamp_file.is_file():
         recorded = json.loads(stamp_file.read_text())
         if recorded.get("source") == stamp:
             return tsv, recorded["counts"]
-    log.info("converting %s into %s", corpus, tsv)
-    counts = write_beir_passages(corpus, tsv)
+    log.info("converting %s into %s", what, tsv)
+    counts = convert(tsv)
     if counts["title_as_text"] or counts["skipped_empty"]:
         log.warning("%s: %d document(s) without a text kept with their title as text, %d without either skipped",
-                    corpus, counts["title_as_text"], counts["skipped_empty"])
+                    what, counts["title_as_text"], counts["skipped_empty"])
     with atomic_open(stamp_file) as f:
         json.dump({"source": stamp, "counts": counts}, f, indent=2)
     return tsv, counts
+
+
+def beir_passages_tsv(corpus: str | os.PathLike, work_dir: str | os.PathLike) -> tuple[Path, dict]:
+    """`work_dir/passages.tsv`: the BEIR corpus as a passages TSV, converted once and reused while
+    `corpus.jsonl` is unchanged (`passages.json` records its source and the conversion counts)."""
+    return _converted_once(work_dir, _source_stamp(Path(corpus)), corpus, lambda tsv: write_beir_passages(corpus, tsv))
+
+
+def beir_hub_passages_tsv(beir: HubBeir, work_dir: str | os.PathLike) -> tuple[Path, dict]:
+    """`work_dir/passages.tsv`: a hub BEIR corpus as a passages TSV, converted once and reused while
+    the dataset's fingerprint is unchanged."""
+    spec = beir.corpus_spec
+    stamp = {"dataset": spec.name, "config": spec.config, "split": spec.split, "fingerprint": beir.corpus._fingerprint}
+
+    def convert(tsv: Path) -> dict:
+        stats: dict = {}
+        write_passages(tsv, hub_beir_passages(beir, stats))
+        return stats
+
+    return _converted_once(work_dir, stamp, spec, convert)
 
 
 def _head(task: str, dataset: str, split: str, name: str | None) -> dict:
@@ -88,6 +109,32 @@ def evaluate_beir(
     queries, qrels = read_beir_split(files)
     work = Path(work_dir) if work_dir else Path(out_dir) / "beir-corpus"
     passages_tsv, counts = beir_passages_tsv(files.corpus, work)
+    return _evaluate_beir(settings, queries, qrels, passages_tsv, counts, work, out_dir, dataset or files.name, split, k, ignore_identical_ids, name)
+
+
+def evaluate_beir_hub(
+    settings: RetrieverSettings,
+    hub_name: str,
+    out_dir: str | os.PathLike,
+    split: str = "test",
+    k: int = 100,
+    ignore_identical_ids: bool = True,
+    work_dir: str | os.PathLike | None = None,
+    dataset: str | None = None,
+    name: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> dict:
+    """`evaluate_beir` on a BEIR dataset of the hub (`BeIR/<name>` and `BeIR/<name>-qrels`, or a local
+    mirror of them: `taser.data.hub_beir`), through `datasets`."""
+    beir = load_beir_hub(hub_name, split, cache_dir)
+    work = Path(work_dir) if work_dir else Path(out_dir) / "beir-corpus"
+    passages_tsv, counts = beir_hub_passages_tsv(beir, work)
+    return _evaluate_beir(settings, beir.queries, beir.qrels, passages_tsv, counts, work, out_dir, dataset or beir.name, split, k,
+                          ignore_identical_ids, name)
+
+
+def _evaluate_beir(settings: RetrieverSettings, queries: dict, qrels: dict, passages_tsv: Path, counts: dict, work: Path, out_dir,
+                   dataset: str, split: str, k: int, ignore_identical_ids: bool, name: str | None) -> dict:
     settings = with_bm25_dir(settings, work / f"bm25-{settings.bm25.backend}")
     qids = list(queries)
     retrieved, meta = retrieve(settings, [queries[q] for q in qids], passages_tsv, k, out_dir)
@@ -103,7 +150,7 @@ def evaluate_beir(
     write_per_query(out / PER_QUERY_FILE, beir_records(scores))
     scored = metrics.pop("queries")
     results = {
-        **with_system(_head("beir", dataset or files.name, split, name), meta),
+        **with_system(_head("beir", dataset, split, name), meta),
         "queries": len(qids),
         "queries_scored": scored,
         "documents": counts["documents"],

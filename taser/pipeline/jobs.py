@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from taser.choice import Choice
-from taser.data.config import DataConfig, Match
+from taser.data.config import DataConfig, DataSource, Match
 from taser.evaluation.comparison import StatsSettings
 from taser.evaluation.runs import check_beir_metrics
 from taser.models.backends import Backend
@@ -55,6 +55,7 @@ class HybridSettings:
 @dataclass
 class BeirSettings:
     dir: str | None = None  # the dataset directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv
+    hub: str | None = None  # or a hub dataset: BeIR/<name> (configs corpus, queries) with BeIR/<name>-qrels, or a local mirror (taser.data.hub_beir)
     split: str = "test"
     ignore_identical_ids: bool = True  # BEIR's default: drop a hit whose doc id is its query id
     work_dir: str | None = None  # the corpus as a passages TSV and its BM25 index (None: outputs/beir/<dataset directory name>)
@@ -124,8 +125,8 @@ class EvaluateJob:
     checkpoint: str | None = None  # dense, hybrid: a taser checkpoint directory
     index: str | None = None  # dense, hybrid: its FAISS index over the passages (None: encode them into a flat index in out_dir)
     search: SearchSettings = field(default_factory=SearchSettings)  # dense, hybrid: search.ef_search, search.nprobe at load time (None: as built)
-    qa_file: str | None = None  # task=qa
-    passages: str | None = None  # task=qa, entity_questions (BEIR: converted from corpus.jsonl)
+    qa_file: str | None = None  # task=qa (data.source=hub: data.hub.qa)
+    passages: str | None = None  # task=qa, entity_questions (BEIR: converted from corpus.jsonl; data.source=hub: data.hub.passages)
     match: Match = Match.string
     out_dir: str = MISSING
     k: int = 100
@@ -145,15 +146,27 @@ class EvaluateJob:
             raise ValueError(f"retriever={self.retriever} needs checkpoint=... (and index=..., or a flat index is built in out_dir)")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
-        needs = {EvalTask.qa: ("qa_file", "passages"), EvalTask.beir: ("beir.dir",), EvalTask.entity_questions: ("entity_questions.dir", "passages")}
+        hub = self.data.source == DataSource.hub
+        passages = "data.hub.passages.name" if hub else "passages"
+        needs = {EvalTask.qa: ("data.hub.qa.name", passages) if hub else ("qa_file", passages), EvalTask.beir: (),
+                 EvalTask.entity_questions: ("entity_questions.dir", passages)}
         for key in needs[self.task]:
-            obj, _, attr = key.rpartition(".")
-            if not getattr(getattr(self, obj) if obj else self, attr):
-                raise ValueError(f"task={self.task} needs {key}=...")
+            value = self
+            for attr in key.split("."):
+                value = getattr(value, attr)
+            if not value:
+                raise ValueError(f"task={self.task} needs {key}=..." + (" (data.source=hub)" if key.startswith("data.hub") else ""))
+        if self.task == EvalTask.beir and bool(self.beir.dir) == bool(self.beir.hub):
+            raise ValueError("task=beir needs beir.dir=... (BEIR's files) or beir.hub=... (a hub dataset), one of them")
         if self.task == EvalTask.beir and not self.beir.work_dir:
-            self.beir.work_dir = f"outputs/beir/{os.path.basename(os.path.normpath(self.beir.dir))}"
+            self.beir.work_dir = f"outputs/beir/{os.path.basename(os.path.normpath(self.beir.dir or self.beir.hub))}"
         if self.bm25.index_dir is None and self.task != EvalTask.beir:
-            self.bm25.index_dir = f"{self.data.data_dir or 'outputs'}/bm25-{self.bm25.backend}"
+            if hub:
+                from taser.data.hub_qa import hub_corpus_dir
+
+                self.bm25.index_dir = str(hub_corpus_dir(self.data.hub.passages, self.data.hub.work_dir) / f"bm25-{self.bm25.backend}")
+            else:
+                self.bm25.index_dir = f"{self.data.data_dir or 'outputs'}/bm25-{self.bm25.backend}"
 
     def retriever_settings(self) -> RetrieverSettings:
         """What retrieves, as every evaluation task takes it (`taser.pipeline.evaluate.retrieve`)."""
