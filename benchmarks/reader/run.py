@@ -1,13 +1,17 @@
-"""End-to-end QA on the shipped SQuAD protocol (issue 21): DPR's reader on MiniLM, trained on the
-training articles' BM25 retrieval, reading the evaluation articles' passages from several retrievers.
+"""End-to-end QA on the shipped SQuAD protocol: DPR's reader on MiniLM, trained in two stages
+(reading comprehension on the training questions' gold passages, then the open-domain stage on
+their BM25 retrieval with the gold passage as the positive), reading the evaluation articles'
+passages from several retrievers.
 
-    python benchmarks/reader/run.py --steps 300 --batch 2 --passages 8 --eval-questions 200
+    python benchmarks/reader/run.py --reading-steps 900 --reading-batch 32 --steps 400 --batch 4 --passages 8 --retriever-steps 60
 
-Rows: BM25 (the reader's training retriever), zero-shot MiniLM dense retrieval (mean pooling,
-normalised: the model's own), DPR's hybrid of the two, trained `dpr` and `taser` retrievers when
-`--retriever-steps` > 0 (the demo's settings), and an oracle row (the gold passage alone: reading
-comprehension). EM/F1 at k = 1, 5, 20 passages read, beside each retriever's top-k on the same
-questions. The evaluation questions are an evenly spaced sample of the 1,971 (all 10 articles).
+Rows: an oracle (the gold passage alone: reading comprehension), BM25 (the reader's training
+retriever), zero-shot MiniLM dense retrieval (mean pooling, normalised: the model's own), DPR's
+hybrid of the two, trained `dpr` and `taser` retrievers when `--retriever-steps` > 0 (the demo's
+settings) and a hybrid of BM25 with the trained `dpr`. EM/F1 at k = 1, 5, 20 passages read,
+beside each retriever's top-k on the same questions, and each row's EM@1 against BM25's, paired by
+question. All 1,971 evaluation questions (`--eval-questions N`: an evenly spaced sample).
+`--reuse` keeps what an earlier run left in `--work` (retrievals, readers, readings).
 """
 
 from __future__ import annotations
@@ -37,9 +41,16 @@ def sample(records: list, n: int | None) -> list:
 
 
 def write_json(path: Path, records: list) -> Path:
+    """`records` as a retrieval JSON at `path`, left untouched when it holds them already (its time
+    tells --reuse whether the reading of it is older)."""
     from taser.data.retrieval_json import write_retrieval_results
 
-    write_retrieval_results(path, records)
+    fresh = path.with_name(path.name + ".new")
+    write_retrieval_results(fresh, records)
+    if path.is_file() and path.read_bytes() == fresh.read_bytes():
+        fresh.unlink()
+    else:
+        fresh.replace(path)
     return path
 
 
@@ -86,17 +97,32 @@ def retrievals(args, data: Path, work: Path, times: dict) -> dict[str, Path]:
 
         mined = prepare_squad_with_bm25(work, backend=args.bm25_backend)
         train = {**BASE_TRAIN, "batch_size": 16, "max_steps": args.retriever_steps, "warmup_steps": 10}
+        reused = {}
         for name, extra in (("dpr", {}), ("taser", {"model_type": "taser", "taser": TASER})):
             t = time.perf_counter()
-            train_and_evaluate(name, {**MINILM, **extra}, train, {**mined, "qa_file": files["qa_file"]}, work / f"retriever-{name}")
-            found[f"{name} (trained {args.retriever_steps} steps)"] = work / f"retriever-{name}" / "eval" / "retrieval.json"
-            times[f"{name} retriever: train, encode, index, retrieve"] = time.perf_counter() - t
+            retrieval = work / f"retriever-{name}" / "eval" / "retrieval.json"
+            kept = args.reuse and retrieval.is_file() and _trained_steps(work / f"retriever-{name}") == args.retriever_steps
+            if not kept:
+                train_and_evaluate(name, {**MINILM, **extra}, train, {**mined, "qa_file": files["qa_file"]}, work / f"retriever-{name}")
+            found[f"{name} (trained {args.retriever_steps} steps)"], reused[name] = retrieval, kept
+            times[f"{name} retriever: train, encode, index, retrieve" + (" (reused)" if kept else "")] = time.perf_counter() - t
         t = time.perf_counter()
         trained = work / "retriever-dpr"
-        evaluate_hybrid(trained / "final", trained / "index", files["qa_file"], files["passages"], work / "hybrid-dpr", k=100, bm25=bm25)
         found["hybrid (BM25 + trained dpr, λ=1.1)"] = work / "hybrid-dpr" / "retrieval.json"
-        times["hybrid with the trained dpr: retrieve"] = time.perf_counter() - t
+        kept = args.reuse and found["hybrid (BM25 + trained dpr, λ=1.1)"].is_file() and reused["dpr"]
+        if not kept:
+            evaluate_hybrid(trained / "final", trained / "index", files["qa_file"], files["passages"], work / "hybrid-dpr", k=100, bm25=bm25)
+        times["hybrid with the trained dpr: retrieve" + (" (reused)" if kept else "")] = time.perf_counter() - t
     return found
+
+
+def _trained_steps(run_dir: Path) -> int | None:
+    """The steps of the retriever trained in `run_dir` (its train_log.jsonl's last line), None when there is none."""
+    log_file = run_dir / "train_log.jsonl"
+    if not log_file.is_file():
+        return None
+    lines = [line for line in log_file.read_text().splitlines() if line.strip()]
+    return json.loads(lines[-1])["step"] if lines else None
 
 
 READER_KEYS = ("stage", "batch_size", "passages", "max_steps", "learning_rate", "head_learning_rate", "warmup_steps", "seed", "top_n",
@@ -155,13 +181,16 @@ def train_readers(args, work: Path, times: dict) -> tuple[Path, dict, dict]:
 
 def paired_em(rows: list, work: Path, baseline: str, k: int) -> list[str]:
     """Each retriever row's EM@k against `baseline`'s, paired by question (exact sign-flip test)."""
+    import numpy as np
+
     from taser.evaluation.per_query import metric_values, read_per_query
+    from taser.evaluation.recipes import detectable_difference
     from taser.evaluation.significance import bootstrap_interval, sign_flip_test
 
     runs = {name: read_per_query(Path(r["out_dir"]) / "per_query.jsonl") for name, r in rows if r.get("out_dir")}
     base = {q["id"]: q for q in runs[baseline]}
-    lines = [f"| row | EM@{k} | {baseline}'s EM@{k} | questions | difference (points) | 95% interval | p (exact sign flip) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"| row | EM@{k} | {baseline}'s EM@{k} | questions | difference (points) | 95% interval | p (exact sign flip) "
+             "| smallest difference seen at 80% power |", "|---|---|---|---|---|---|---|---|"]
     for name, records in runs.items():
         if name == baseline:
             continue
@@ -170,14 +199,27 @@ def paired_em(rows: list, work: Path, baseline: str, k: int) -> list[str]:
         b = metric_values([base[i] for i in ids], f"EM@{k}")
         p, how = sign_flip_test(a, b)
         low, high = bootstrap_interval(a - b)
+        seen = detectable_difference(float(np.std(a - b, ddof=1)) / np.sqrt(len(ids)), len(ids) - 1)  # paired t at these questions' spread
         lines.append(f"| {name} | {a.mean():.1f} | {b.mean():.1f} | {len(ids)} | {a.mean() - b.mean():+.1f} | [{low:+.1f}, {high:+.1f}] | "
-                     f"{p:.2g}{'' if how == 'exact' else f' ({how})'} |")
+                     f"{p:.2g}{'' if how == 'exact' else f' ({how})'} | {seen:.1f} |")
     return lines
+
+
+def read_once(job, reuse: bool) -> tuple[dict, bool]:
+    """`read(job)`, or with --reuse the results.json an earlier run wrote for the same reader, file and ks (when newer than both)."""
+    from taser.pipeline.reader import read
+
+    done = Path(job.out_dir) / "results.json"
+    if reuse and done.is_file():
+        found = json.loads(done.read_text())
+        newer = done.stat().st_mtime > max(Path(job.retrieval).stat().st_mtime, (Path(job.checkpoint) / "model.safetensors").stat().st_mtime)
+        if newer and found.get("reader") == job.checkpoint and found.get("ks") == list(job.ks):
+            return found, True
+    return read(job), False
 
 
 def main() -> None:
     from taser.data.retrieval_json import read_retrieval_results
-    from taser.pipeline.reader import read
     from taser.reader.config import ReadJob
 
     ap = argparse.ArgumentParser()
@@ -212,16 +254,17 @@ def main() -> None:
     subset = [r for r in sample(oracle, args.eval_questions) if r["ctxs"]]
     t = time.perf_counter()
     out_dir = work / "read" / "oracle"
-    results = read(ReadJob(str(reader), str(write_json(work / "eval-sets" / "oracle.json", subset)), str(out_dir), ks=[1], progress=False))
-    times["read: oracle"] = time.perf_counter() - t
+    results, kept = read_once(ReadJob(str(reader), str(write_json(work / "eval-sets" / "oracle.json", subset)), str(out_dir), ks=[1],
+                                      progress=False), args.reuse)
+    times["read: oracle" + (" (reused)" if kept else "")] = results["seconds"] if kept else time.perf_counter() - t
     rows.append(("oracle (gold passage given)", {**results, "out_dir": None}))
     for name, path in found.items():
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # one directory per row: "hybrid-bm25-trained-dpr-1-1"
         subset = write_json(work / "eval-sets" / f"{slug}.json", sample(read_retrieval_results(path), args.eval_questions))
         t = time.perf_counter()
         out_dir = work / "read" / slug
-        results = read(ReadJob(str(reader), str(subset), str(out_dir), ks=args.ks, progress=False))
-        times[f"read: {name}"] = time.perf_counter() - t
+        results, kept = read_once(ReadJob(str(reader), str(subset), str(out_dir), ks=args.ks, progress=False), args.reuse)
+        times[f"read: {name}" + (" (reused)" if kept else "")] = results["seconds"] if kept else time.perf_counter() - t
         rows.append((name, {**results, "out_dir": str(out_dir)}))
 
     ks = args.ks
