@@ -21,32 +21,67 @@ def bench():
     return module
 
 
-def scores(top20: float, ndcg: float) -> dict:
-    return {"top1": 0.0, "top5": 0.0, "top20": top20, "top100": 100.0, "ndcg10": ndcg}
+def test_gate_judges_each_backend_against_torch_over_the_trained_models(bench):
+    n = 2000
+    hit = np.where(np.arange(n) < n // 2, 100.0, 0.0)
+    same = {"top-1": hit, "top-20": hit, "nDCG@10": hit / 100}
+    lost = {**same, "top-20": np.where(np.arange(n) < n // 2 - 12, 100.0, 0.0)}  # 12 questions lost: -0.6 point
+    outcomes = {(m, "taser", "torch"): same for m in ("dpr", "taser", "zero-shot")}
+    outcomes |= {("dpr", "taser", "onnx"): same, ("taser", "taser", "onnx"): same, ("dpr", "taser", "onnx_int8"): same,
+                 ("taser", "taser", "onnx_int8"): lost, ("zero-shot", "taser", "onnx"): lost}  # zero-shot: not gated
+    verdicts = {v.backend: v for v in bench.gate(outcomes, ["torch", "onnx", "onnx_int8"])}
+    assert set(verdicts) == {"onnx", "onnx_int8"} and verdicts["onnx"].outcome == "passes"
+    assert [(c.model, c.metric) for c in verdicts["onnx"].checks] == [(m, k) for m in ("dpr", "taser") for k in ("top-1", "top-20", "nDCG@10")]
+    failed = verdicts["onnx_int8"]
+    assert failed.outcome == "fails" and "taser top-20 significant loss 0.60 point" in failed.summary()
+    assert next(c for c in failed.checks if c.label == "taser top-20").p == 2.0**-12  # one-sided, exact: 12 losses, no gain
 
 
-def test_gate_fails_a_backend_past_either_bound_and_names_why(bench):
-    acc = {
-        ("dpr", "taser", "torch"): scores(80.0, 0.700), ("taser", "taser", "torch"): scores(82.0, 0.650),
-        ("dpr", "taser", "onnx"): scores(79.6, 0.6951), ("taser", "taser", "onnx"): scores(82.0, 0.650),  # 0.4 point, 0.0049: passes
-        ("dpr", "taser", "onnx_int8"): scores(79.4, 0.700), ("taser", "taser", "onnx_int8"): scores(82.0, 0.640),  # 0.6 point; nDCG -0.01
-        ("zero-shot", "taser", "torch"): scores(70.0, 0.5), ("zero-shot", "taser", "onnx"): scores(60.0, 0.5),  # zero-shot top-20: not gated
-    }
-    failed = bench.gate(acc)
-    assert set(failed) == {"onnx_int8"}
-    assert "dpr top-20 79.4 vs 80.0" in failed["onnx_int8"] and "taser nDCG@10 0.6400 vs 0.6500" in failed["onnx_int8"]
-
-
-def test_accuracy_ranks_by_dot_product_and_scores_beir_with_trec_eval(bench, tmp_path):
+def test_accuracy_ranks_by_dot_product_and_scores_beir_per_query(bench, tmp_path):
     passages = [Passage("0", "the sky is blue"), Passage("1", "paris is in france"), Passage("2", "grass is green")]
     qa = [QAPair("where is paris", ["france"]), QAPair("what colour is grass", ["green"]), QAPair("who", ["nobody"])]
     p = np.eye(3, dtype=np.float32)
     q = np.array([[0.1, 0.9, 0.0], [0.9, 0.0, 0.5], [1.0, 0.0, 0.0]], np.float32)  # q0 finds 1 first; q1 finds 2 second; q2 none
     np.save(tmp_path / "passages.npy", p)
     np.save(tmp_path / "questions.npy", q)
-    np.save(tmp_path / "beir-corpus.npy", np.eye(2, dtype=np.float32))
-    np.save(tmp_path / "beir-queries.npy", np.array([[0.0, 1.0]], np.float32))  # ranks d2 over d1
-    prepared = {"beir_ids": ["d1", "d2"], "beir_queries": ["q1"], "qrels": {"q1": {"d1": 1}}}
-    out = bench.accuracy(tmp_path, bench.AnswerCache(qa, passages), prepared)
+    # the BEIR queries are questions 0 and 1, their gold passages 1 and 2: ranks 1 and 2
+    prepared = {"beir": {"queries": ["0", "1"], "rows": [0, 1], "qrels": {"0": {"1": 1}, "1": {"2": 1}}, "passage_ids": ["0", "1", "2"]}}
+    out, per_question = bench.accuracy(tmp_path, bench.AnswerCache(qa, passages), prepared)
     assert out["top1"] == pytest.approx(100 / 3) and out["top5"] == pytest.approx(200 / 3) and out["top100"] == pytest.approx(200 / 3)
-    assert out["ndcg10"] == pytest.approx(1 / np.log2(3))  # the one relevant document at rank 2
+    assert per_question["top-1"].tolist() == [100.0, 0.0, 0.0] and per_question["top-20"].tolist() == [100.0, 100.0, 0.0]
+    assert per_question["nDCG@10"] == pytest.approx([1.0, 1 / np.log2(3)])
+    assert out["ndcg10"] == pytest.approx((1 + 1 / np.log2(3)) / 2)
+
+
+def test_squad_beir_is_one_query_per_question_with_its_gold_passage(bench, mini_squad, tmp_path):
+    import json
+    import shutil
+
+    from taser.data.beir import beir_files, read_beir_corpus, read_beir_split
+    from taser.data.passages import read_passages
+    from taser.data.qa import read_qa
+
+    data = tmp_path / "data"
+    shutil.copytree(mini_squad, data)
+    passages, qa = list(read_passages(data / "passages.tsv")), list(read_qa(data / "dev.qa.tsv"))
+    records = json.loads((data / "dev.json").read_text())
+    got = bench.squad_beir(data, passages, qa)
+    files = beir_files(data / "squad-beir")
+    assert [d.id for d in read_beir_corpus(files.corpus)] == [p.id for p in passages] == got["passage_ids"]
+    queries, qrels = read_beir_split(files)
+    assert len(queries) == len(records) == len(got["queries"]) and len(qa) >= len(records)
+    for qid, record in zip(got["queries"], records):
+        assert queries[qid] == qa[int(qid)].question == record["question"]  # its id: the question's position in dev.qa.tsv
+        assert qrels[qid] == {record["positive_ctxs"][0]["passage_id"]: 1}
+    assert got["rows"] == [int(qid) for qid in got["queries"]]
+    # with --limit, only queries whose question and gold passage are kept
+    few = bench.squad_beir(data, passages[:5], qa[:10])
+    assert all(int(qid) < 10 and set(few["qrels"][qid]) <= {p.id for p in passages[:5]} for qid in few["queries"])
+
+
+def test_a_section_this_run_does_not_write_is_kept(bench, tmp_path):
+    out = tmp_path / "results.md"
+    out.write_text("# old head\n\n## Speed\n\nspeed of run A\n\n## Accuracy\n\nold accuracy\n\n## What limits the speed\n\nby hand\n")
+    text = bench.write_sections(out, "# new head\n", {bench.ACCURACY: "## Accuracy and the gate\n\nrun B\n"})
+    assert text == "# new head\n\n## Speed\n\nspeed of run A\n\n## Accuracy and the gate\n\nrun B\n\n## What limits the speed\n\nby hand\n"
+    assert out.read_text() == text
