@@ -85,3 +85,28 @@ def test_a_section_this_run_does_not_write_is_kept(bench, tmp_path):
     text = bench.write_sections(out, "# new head\n", {bench.ACCURACY: "## Accuracy and the gate\n\nrun B\n"})
     assert text == "# new head\n\n## Speed\n\nspeed of run A\n\n## Accuracy and the gate\n\nrun B\n\n## What limits the speed\n\nby hand\n"
     assert out.read_text() == text
+
+
+def test_vectors_are_reused_only_from_the_same_model_setting_and_texts(bench, tmp_path, monkeypatch):
+    import argparse
+
+    texts, out = tmp_path / "texts", tmp_path / "out"
+    texts.mkdir()
+    out.mkdir()
+    (texts / "passages.pairs.json").write_text('[["t", "a passage"]]')
+    (texts / "questions.json").write_text('["a question"]')
+    np.save(out / "passages.npy", np.zeros((1, 2), np.float32))
+    calls = []
+
+    class Done:
+        returncode, stdout, stderr = 0, '{"passages_per_s": 1.0}\n', ""
+
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or Done())
+    args = argparse.Namespace(reuse_vectors=True, batch=64)
+    assert bench.run_child("taser", "onnx", str(tmp_path / "dpr"), out, args, texts) == {"passages_per_s": 1.0} and len(calls) == 1
+    assert bench.run_child("taser", "onnx", str(tmp_path / "dpr"), out, args, texts)["reused"] and len(calls) == 1
+    bench.run_child("taser", "onnx", str(tmp_path / "taser"), out, args, texts)  # another checkpoint: encoded again
+    (texts / "questions.json").write_text('["another question"]')
+    bench.run_child("taser", "onnx", str(tmp_path / "taser"), out, args, texts)  # other texts: again
+    bench.run_child("taser", "onnx", str(tmp_path / "taser"), out, argparse.Namespace(reuse_vectors=False, batch=64), texts)
+    assert len(calls) == 4

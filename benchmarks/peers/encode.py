@@ -197,10 +197,29 @@ def run_child(library: str, setting: str, model: str, out: Path, args, texts: Pa
     cmd += ["--texts", str(texts), "--out", str(out), "--batch", str(args.batch)]
     if library != "taser":
         cmd += ["--max-length", str(args.max_length)]
+    made = {"library": library, "setting": setting, "model": str(Path(model).resolve()), "texts": texts_digest(texts)}
+    record = out / "made.json"  # what the vectors in `out` were made from: --reuse-vectors reuses only the same
+    if getattr(args, "reuse_vectors", False) and record.is_file() and (out / "passages.npy").is_file():
+        kept = json.loads(record.read_text())
+        if kept["made"] == made:
+            return {**kept["result"], "reused": True}
+    record.unlink(missing_ok=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"{library} {setting} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    record.write_text(json.dumps({"made": made, "result": result}))
+    return result
+
+
+def texts_digest(texts: Path) -> str:
+    """A digest of the texts the children encode (a --limit run's are not a full run's)."""
+    import hashlib
+
+    digest = hashlib.sha1()
+    for name in ("passages.pairs", "questions"):
+        digest.update((texts / f"{name}.json").read_bytes())
+    return digest.hexdigest()
 
 
 # -- accuracy -------------------------------------------------------------------------------------
@@ -384,6 +403,8 @@ def main() -> None:
     ap.add_argument("--accuracy-only", action="store_true",
                     help="no speed rounds: encode the trained dpr and taser in taser's backends, judge them with the gate, and keep "
                          "the file's speed section from its own run")
+    ap.add_argument("--reuse-vectors", action="store_true",
+                    help="reuse a setting's vectors from an earlier run of the same model, setting and texts (their speed is not re-measured)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--checkpoint", help=argparse.SUPPRESS)
     ap.add_argument("--texts", type=Path, help=argparse.SUPPRESS)
@@ -394,6 +415,8 @@ def main() -> None:
         return
     if args.accuracy_only:
         args.peer_settings, args.rounds = [], 0
+    if args.reuse_vectors and args.rounds:
+        raise SystemExit("--reuse-vectors is for --accuracy-only: the speed rounds measure every setting afresh")
     if "torch" not in args.taser_backends:
         raise SystemExit("the gate judges each backend against taser's torch: --taser-backends must include torch")
     if args.peer_settings and not args.peer_python.is_file():
