@@ -104,69 +104,96 @@ def detect_layout(columns: list[str], where: str) -> Layout:
 
 
 def _first(mask) -> int | None:
-    """The first row where a boolean (chunked) array is true (null counts as true)."""
+    """The first row where a boolean array is true (null counts as true)."""
     import pyarrow.compute as pc
 
     hits = np.flatnonzero(np.asarray(pc.fill_null(mask, True)))
     return int(hits[0]) if len(hits) else None
 
 
-def _check_ctx_column(table, column: str, where: str) -> None:
+def _is_list(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _is_json(t) -> bool:
+    import pyarrow as pa
+
+    return isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.json"
+
+
+def _check_types(schema, layout: Layout, where: str) -> None:
+    import pyarrow as pa
+
+    q = schema.field(layout.question).type
+    if not pa.types.is_string(q) and not pa.types.is_large_string(q):
+        raise DataFormatError(where, f"column {layout.question!r}", f"must be strings, got {q}")
+    if "answers" in schema.names:
+        t = schema.field("answers").type
+        if not pa.types.is_null(t) and not _is_list(t):
+            raise DataFormatError(where, "column 'answers'", f"must be a list, got {t}")
+    for column in layout.ctx_columns:
+        if column not in schema.names or pa.types.is_null(t := schema.field(column).type):
+            continue
+        if not _is_list(t):
+            raise DataFormatError(where, f"column {column!r}", f"must be a list of passages, got {t}")
+        item = t.value_type
+        if pa.types.is_null(item) or _is_json(item):
+            continue
+        if not pa.types.is_struct(item) or item.get_field_index("text") < 0 or not pa.types.is_string(item.field("text").type):
+            raise DataFormatError(where, f"column {column!r}", f"a passage must have a 'text' string, got {item}")
+
+
+def _check_passages(col, column: str, where: str, offset: int) -> None:
+    """Every passage of a batch's passage column has a text."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    col = table.column(column)
-    if pa.types.is_null(col.type):
+    if pa.types.is_null(col.type) or pa.types.is_null(col.type.value_type):
         return
-    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-        raise DataFormatError(where, f"column {column!r}", f"must be a list of passages, got {col.type}")
-    item = col.type.value_type
-    if pa.types.is_null(item):
-        return
-    if isinstance(item, pa.BaseExtensionType) and item.extension_name == "arrow.json":  # passages as JSON text: checked one by one
+    if _is_json(col.type.value_type):  # passages as JSON text (their fields differ between rows): checked one by one
         for row, ctxs in enumerate(col.to_pylist()):
             for ctx in map(_passage, ctxs or []):
                 if not isinstance(ctx, dict) or not isinstance(ctx.get("text"), str):
-                    raise DataFormatError(where, f"record {row}, {column}", "a passage must have a 'text' string")
+                    raise DataFormatError(where, f"record {offset + row}, {column}", "a passage must have a 'text' string")
         return
-    if not pa.types.is_struct(item) or item.get_field_index("text") < 0 or not pa.types.is_string(item.field("text").type):
-        raise DataFormatError(where, f"column {column!r}", f"a passage must have a 'text' string, got {item}")
-    chunks = col.chunks if hasattr(col, "chunks") else [col]
-    offset = 0
-    for chunk in chunks:
-        flat = pc.list_flatten(chunk)
-        bad = _first(pc.or_(pc.is_null(flat), pc.is_null(pc.struct_field(flat, "text"))))
-        if bad is not None:
-            row = offset + int(np.asarray(pc.list_parent_indices(chunk))[bad])
-            raise DataFormatError(where, f"record {row}, {column}", "a passage must have a 'text' string")
-        offset += len(chunk)
+    flat = pc.list_flatten(col)
+    bad = _first(pc.or_(pc.is_null(flat), pc.is_null(pc.struct_field(flat, "text"))))
+    if bad is not None:
+        row = offset + int(np.asarray(pc.list_parent_indices(col))[bad])
+        raise DataFormatError(where, f"record {row}, {column}", "a passage must have a 'text' string")
+
+
+CHECK_ROWS = 20_000  # rows checked at a time: the temporaries stay small whatever the table's size
 
 
 def check_table(table, layout: Layout, where: str, require_positive: bool = True) -> None:
-    """`check_record`'s checks on every row, column by column (pyarrow compute)."""
+    """`check_record`'s checks on every row, a block of rows at a time (pyarrow compute)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    q = table.column(layout.question)
-    if not pa.types.is_string(q.type) and not pa.types.is_large_string(q.type):
-        raise DataFormatError(where, f"column {layout.question!r}", f"must be strings, got {q.type}")
-    bad = _first(pc.equal(pc.utf8_trim_whitespace(q), ""))
-    if bad is not None:
-        raise DataFormatError(where, f"record {bad}", f"missing or empty {layout.question!r}")
-    if "answers" in table.column_names:
-        t = table.column("answers").type
-        if not pa.types.is_null(t) and not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-            raise DataFormatError(where, "column 'answers'", f"must be a list, got {t}")
-    for column in layout.ctx_columns:
-        if column in table.column_names:
-            _check_ctx_column(table, column, where)
-    if require_positive:
-        positives = table.column(layout.required_ctx)
-        empty = pc.less_equal(pc.fill_null(pc.list_value_length(positives), 0), 0) if not pa.types.is_null(positives.type) else pa.array([True] * len(table))
-        bad = _first(empty)
+    _check_types(table.schema, layout, where)
+    offset = 0
+    for batch in table.to_batches(max_chunksize=CHECK_ROWS):
+        q = batch.column(layout.question)
+        bad = _first(pc.equal(pc.utf8_trim_whitespace(q), ""))
         if bad is not None:
-            question = q[bad].as_py()
-            raise DataFormatError(where, f"record {bad}", f"question {question[:60]!r} has no {layout.required_ctx}")
+            raise DataFormatError(where, f"record {offset + bad}", f"missing or empty {layout.question!r}")
+        for column in layout.ctx_columns:
+            if column in batch.schema.names:
+                _check_passages(batch.column(column), column, where, offset)
+        if require_positive:
+            positives = batch.column(layout.required_ctx)
+            if pa.types.is_null(positives.type):
+                bad = 0 if batch.num_rows else None
+            else:
+                bad = _first(pc.less_equal(pc.fill_null(pc.list_value_length(positives), 0), 0))
+            if bad is not None:
+                question = q[bad].as_py()
+                raise DataFormatError(where, f"record {offset + bad}", f"question {question[:60]!r} has no {layout.required_ctx}")
+        offset += batch.num_rows
+    pa.default_memory_pool().release_unused()  # the checks' temporaries: returned, not kept by the allocator in every rank
 
 
 class ArrowTrainingSet:
