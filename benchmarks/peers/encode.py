@@ -370,6 +370,12 @@ def gate(outcomes: dict, backends) -> list:
     return verdicts
 
 
+def file_head() -> str:
+    return ("# CPU encoding: taser's backends vs sentence-transformers' backends\n\n" + __doc__.split("\n\n", 2)[2]
+            + "\nEach section says the run it comes from (its command, machine and date): `--accuracy-only` rewrites the accuracy "
+            "section and keeps the speed section of an earlier run; the last section is written by hand.\n")
+
+
 def write_sections(out: Path, head: str, written: dict[str, str]) -> str:
     """`head`, then each of SECTIONS: this run's text where it wrote one, else the earlier file's
     (each section names the run it comes from)."""
@@ -454,13 +460,10 @@ def main() -> None:
     versions = json.dumps(next((r.get("versions") for r in speed if r.get("versions")), {}))
     record = {"speed": speed, "accuracy": {" / ".join(k): v for k, v in acc.items()}, "gate": [v.as_dict() for v in verdicts]}
     (args.work / "results.json").write_text(json.dumps(record, indent=2))
-    head = ("# CPU encoding: taser's backends vs sentence-transformers' backends\n\n" + __doc__.split("\n\n", 2)[2]
-            + "\nEach section says the run it comes from (its command, machine and date): `--accuracy-only` rewrites the accuracy "
-            "section and keeps the speed section of an earlier run; the last section is written by hand.\n")
     written = {ACCURACY: accuracy_section(args, prepared, acc, verdicts)}
     if speed:
         written[SPEED] = speed_section(args, prepared, speed, versions)
-    print(write_sections(args.out, head, written))
+    print(write_sections(args.out, file_head(), written))
 
 
 if __name__ == "__main__":
