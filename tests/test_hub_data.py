@@ -301,3 +301,42 @@ def test_a_local_copy_without_the_split_names_what_it_has(tmp_path):
         load_split(HubSplit(name, None, "test"))
     with pytest.raises(HubDataError, match=r"looked for .*/test\.jsonl"):
         load_split(HubSplit(str(tmp_path), None, "test"))
+
+
+# --- ranks: what is made once is made by local rank 0 ----------------------------------------------
+
+
+def _rank_opens(rank, world, init_file, sources, cache, out):
+    import torch.distributed as dist
+
+    from taser.pipeline import training_data
+    from taser.training.distributed import DistInfo
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    converted = []
+    real = training_data.ensure_arrow_copy
+    training_data.ensure_arrow_copy = lambda *a, **k: (converted.append(not arrow_cache_path(a[0], a[1]).exists()), real(*a, **k))[1]
+    outcome = {}
+    for name, source in sources.items():
+        try:
+            opened = open_training_data(DataConfig(train_files=[source], train_reader="arrow", arrow_cache_dir=cache), DistInfo(rank, world, rank))
+            outcome[name] = len(opened.sets[0])
+        except Exception as e:  # noqa: BLE001 (the outcome is what is checked)
+            outcome[name] = f"{type(e).__name__}: {e}"
+    outcome["converted"] = converted
+    dist.destroy_process_group()
+    (out / f"rank{rank}.json").write_text(json.dumps(outcome))
+
+
+def test_local_rank_0_converts_once_and_a_failure_there_stops_every_rank(tmp_path):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    write_biencoder_json(good, [_as_dpr(r) for r in TEVATRON])
+    write_biencoder_json(bad, [{**_as_dpr(r), "positive_ctxs": []} for r in TEVATRON])
+    torch.multiprocessing.spawn(_rank_opens, args=(2, tmp_path / "init", {"good": str(good), "bad": str(bad)}, str(tmp_path / "cache"), tmp_path),
+                                nprocs=2, join=True)
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert rank0["good"] == rank1["good"] == 4
+    assert rank0["converted"] == [True, True] and rank1["converted"] == [False]  # rank 1 found rank 0's copy; it never tried the bad file
+    assert rank0["bad"].startswith("DataFormatError: ") and "record 0" in rank0["bad"]
+    assert rank1["bad"] == "RuntimeError: local rank 0 of a node failed to prepare the training data (its log says why)"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [arrow_cache_path(good, tmp_path / "cache").name]
