@@ -39,6 +39,11 @@ class HubData:
     cache_dir: str | None = None  # datasets' cache (None: HF_DATASETS_CACHE, under HF_HOME)
     work_dir: str = "outputs/hub"  # the corpus written once as a passages TSV (what BM25, encoding and indexes read)
 
+    def __post_init__(self):  # from Python, a part may be given as a dict
+        split = lambda v: HubSplit(**v) if isinstance(v, dict) else v  # noqa: E731
+        self.train = [split(v) for v in self.train]
+        self.dev, self.passages, self.qa = split(self.dev), split(self.passages), split(self.qa)
+
 
 @dataclass
 class DataConfig:
