@@ -77,6 +77,9 @@ class BiEncoder(nn.Module):
     def __init__(self, config: BiEncoderConfig, question_encoder: nn.Module, passage_encoder: nn.Module | None = None, unpad: bool | None = None):
         super().__init__()
         self.unpad = unpad
+        # runtime, not saved: the padded encoder pass through this callable (compiled training,
+        # `taser.training.compiled`, sets it around its training forward only); None: plain
+        self.encoder_call = None
         if config.kind.two_encoders != (passage_encoder is not None):
             raise ValueError(f"a '{config.model_type}' model has {'two encoders' if config.kind.two_encoders else 'one encoder'}")
         self.config = config
@@ -145,12 +148,14 @@ class BiEncoder(nn.Module):
         """Vectors of inputs of type `side`, and this pass's routing loss (TASER learned routing; else None)."""
         encoder = self.encoder_for(side)
         aux = None
+        call = self.encoder_call
+        unpad = False if call is not None else self.runs_unpadded(encoder)
         if self.config.kind.specialised:
             from taser.models.taser_encoder import encode
 
-            hidden, aux = encode(encoder, input_ids, attention_mask, side, self.runs_unpadded(encoder))
+            hidden, aux = encode(encoder, input_ids, attention_mask, side, unpad, call=call)
         else:
-            hidden = encoder_states(encoder, input_ids, attention_mask, self.runs_unpadded(encoder))
+            hidden = encoder_states(encoder, input_ids, attention_mask, unpad, call=call)
         return pool(hidden, attention_mask, self.config.pooling, self.config.normalize), aux
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:

@@ -110,16 +110,17 @@ def specialize_encoder(encoder: nn.Module, taser_cfg: dict | None) -> None:
 
 
 def encode(
-    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str, unpad: bool = False
+    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str, unpad: bool = False, call=None
 ) -> tuple[torch.Tensor, AuxLoss | None]:
     """The last hidden states of a specialised encoder for inputs of type `side`, and the
     routing loss of this pass (None under deterministic routing); `unpad`: run on the real
-    tokens only (`taser.models.unpad`), which routes and counts them alone, as the padded pass counts them."""
+    tokens only (`taser.models.unpad`), which routes and counts them alone, as the padded pass counts them;
+    `call`: the padded pass through it (`taser.models.unpad.encoder_states`)."""
     cfg = getattr(encoder, SETTINGS_ATTR, None)
     if not isinstance(cfg, TaserConfig):
         raise ValueError(f"{type(encoder).__name__} has not been specialised by specialize_encoder")
     context = RoutingContext(side, attention_mask, getattr(encoder, SHARED_GATE_ATTR, None))
-    hidden = encoder_states(encoder, input_ids, attention_mask, unpad, taser_routing=context)
+    hidden = encoder_states(encoder, input_ids, attention_mask, unpad, call=call, taser_routing=context)
     return hidden, aux_loss(context.records, cfg.load_balance_weight, cfg.entropy_weight)
 
 

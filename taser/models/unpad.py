@@ -153,15 +153,25 @@ def position_offset(encoder: nn.Module) -> int:
     return 0 if padding_idx is None else int(padding_idx) + 1
 
 
-def encoder_states(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, unpad: bool, **kwargs) -> torch.Tensor:
+def padded_states(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
+    """The encoder run as usual on a padded batch: its last hidden states (B, L, H)."""
+    return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+
+
+def encoder_states(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, unpad: bool, call=None, **kwargs) -> torch.Tensor:
     """The encoder's last hidden states (B, L, H) of a right-padded batch.
 
     With `unpad`, and padding present, the encoder runs on the real tokens only (see the module
     docstring; its attention implementation must be `taser_sdpa`) and the pads' states are zeros;
-    else it runs as usual, padded. `kwargs` go to the encoder (e.g. `taser_routing`).
+    else it runs as usual, padded, through `call` when given (a compiled `padded_states`, see
+    `taser.training.compiled`). `kwargs` go to the encoder (e.g. `taser_routing`).
     """
+    if call is not None:
+        if unpad:
+            raise ValueError("a compiled encoder call runs padded batches only (unpad must be off)")
+        return call(encoder, input_ids, attention_mask, **kwargs)
     if not unpad or attention_mask is None or bool(attention_mask.bool().all()):
-        return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+        return padded_states(encoder, input_ids, attention_mask, **kwargs)
     layout = PackedLayout.from_mask(attention_mask)
     packed = encoder(
         input_ids=layout.pack(input_ids).unsqueeze(0),
