@@ -45,12 +45,17 @@ class TrainConfig:
     tensorboard: bool = False  # also write TensorBoard event files (output_dir/tensorboard/): loss, lr, accuracy, routing, validation
     device: str = "auto"
     loader_workers: int | None = None  # processes building batches; null: some on a GPU, none on a CPU (taser.training.loader)
+    # compiled training steps (torch.compile, inductor) for long runs: the first run compiles (minutes), later ones read the
+    # compiler's caches; inputs are padded to `compile_buckets` lengths per side (docs/training.md, taser.training.compiled)
+    compile: bool = False
+    compile_buckets: int = 4
+    compile_cache_dir: str | None = None  # null: $TORCHINDUCTOR_CACHE_DIR if set, else $XDG_CACHE_HOME/taser/torch-compile (~/.cache/...)
 
     def __post_init__(self):
         if self.temperature == "auto":
             self.temperature = None
         self.precision = Precision.parse(self.precision, "train.precision")
-        positive = ("batch_size", "grad_accumulation", "epochs", "val_batch_size", "log_every", "max_nonfinite_losses")
+        positive = ("batch_size", "grad_accumulation", "epochs", "val_batch_size", "log_every", "max_nonfinite_losses", "compile_buckets")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -67,6 +72,14 @@ class TrainConfig:
             raise ValueError(f"train.temperature must be > 0 or null (auto), got {self.temperature}")
         if not self.learning_rate > 0:
             raise ValueError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"train.compile must be true or false, got {self.compile!r}")
+        if self.compile:
+            from taser.training.compile_plan import settings_refusal  # torch-free
+
+            refusal = settings_refusal(self.grad_cache_chunk)
+            if refusal:
+                raise ValueError(refusal)
 
     def resolved_temperature(self, normalize: bool, similarity: str) -> float:
         """Unit-length vectors score in [-1, 1]; without a temperature the softmax is nearly flat."""

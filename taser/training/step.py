@@ -1,4 +1,5 @@
-"""One training step's forward and backward, plain or with gradient caching.
+"""One training step's forward and backward: plain, compiled (`taser.training.compiled`), or
+with gradient caching.
 
 Gradient caching (Gao et al. 2021, "GradCache"): encode the batch without a graph in chunks,
 compute the loss on all vectors and its gradient with respect to them, then re-encode chunk by
@@ -9,7 +10,9 @@ is replayed, so dropout draws the same masks in both passes).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +21,9 @@ from taser.runtime import autocast, resolve_precision
 from taser.training.batching import Batch
 from taser.training.distributed import gather_with_grad, no_sync
 from taser.training.loss import LossConfig, contrastive_nll
+
+if TYPE_CHECKING:
+    from taser.training.compiled import CompiledEncoding
 
 
 @dataclass
@@ -58,11 +64,16 @@ class _RandState:
 
 
 class StepRunner:
-    def __init__(self, model, loss_config: LossConfig, precision: str, device: torch.device, grad_cache_chunk: int = 0, world_size: int = 1):
+    def __init__(self, model, loss_config: LossConfig, precision: str, device: torch.device, grad_cache_chunk: int = 0, world_size: int = 1,
+                 compiled: CompiledEncoding | None = None):
+        """`compiled`: the encoders' pass compiled, on bucketed batches (`taser.training.compiled`)."""
         self.model, self.loss_config, self.device = model, loss_config, device
         self.precision = resolve_precision(precision, device)
         self.chunk = grad_cache_chunk
         self.world_size = world_size
+        self.compiled = compiled
+        if compiled is not None and grad_cache_chunk:
+            raise ValueError("a compiled step runs without gradient caching")
 
     def _loss(self, q, p, batch: Batch, question_offset: int):
         ctx, ctx_offset = gather_with_grad(p)
@@ -87,10 +98,15 @@ class StepRunner:
         """
         if self.chunk and self.chunk > 0:
             return self._run_cached(batch, global_questions, question_offset, scale, scaler, sync)
+        passages = len(batch.ctx_owner)
+        compiled = nullcontext()
+        if self.compiled is not None:
+            batch, compiled = self.compiled.bucket(batch), self.compiled.active(self.model)
         with no_sync(self.model, sync):
-            with autocast(self.precision, self.device):
-                out = self.model(batch.questions, batch.passages)  # collate pads each side to its longest
-            nll, correct = self._loss(out.questions, out.passages, batch, question_offset)
+            with autocast(self.precision, self.device), compiled:
+                out = self.model(batch.questions, batch.passages)  # collate pads each side to its longest (compiled: to its bucket)
+            # a bucketed batch's dummy passage rows (after the real ones) drop out here
+            nll, correct = self._loss(out.questions, out.passages[:passages], batch, question_offset)
             total = nll.sum() / global_questions * scale + self._routing_term(out.aux_loss, 1.0, scale)
             (scaler.scale(total) if scaler is not None else total).backward()
         parts = out.aux_loss.parts if out.aux_loss is not None else {}

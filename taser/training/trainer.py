@@ -61,6 +61,7 @@ class TrainResult:
     seconds_per_step: float  # median
     history: list[dict]
     step_seconds: list[float]
+    compile: dict | None = None  # train.compile: shapes, graphs, cache hits and misses (taser.training.compiled)
 
 
 @dataclass
@@ -109,6 +110,36 @@ class Trainer:
         if self.total_steps < 1:
             raise ValueError(f"nothing to train: {self.schedule.batches_per_epoch} batches per epoch, max_steps {cfg.max_steps}")
         self._curves: TensorBoardLog | None = None
+        self._compiled = None  # taser.training.compiled.CompiledEncoding under train.compile
+        if cfg.compile:
+            self._check_compilable()
+
+    # -- compiled steps (train.compile) ---------------------------------------------------
+    def _check_compilable(self) -> None:
+        """What the settings alone could not tell (TrainConfig refused the rest before loading)."""
+        from taser.training.compile_plan import model_refusal
+
+        config = self.model.config
+        learned = config.kind.specialised and TaserConfig.from_dict(config.taser).learned
+        refusal = model_refusal(self.model.unpad, learned, self.device.type, _has_triton())
+        if refusal:
+            raise ValueError(refusal)
+
+    def _compile(self):
+        """The compiled encoder pass: its buckets from the model's lengths, its cache directory."""
+        from taser.training.compile_plan import bucket_lengths, resolve_cache_dir
+        from taser.training.compiled import CompiledEncoding
+
+        cfg, config = self.cfg, self.model.config
+        compiled = CompiledEncoding(bucket_lengths(config.max_question_length, cfg.compile_buckets), bucket_lengths(config.max_length, cfg.compile_buckets),
+                                    cfg.batch_size * (1 + cfg.hard_negatives + cfg.other_negatives), _pad_token_id(self.tokenizer, self.model),
+                                    resolve_cache_dir(cfg.compile_cache_dir))
+        if self.dist.is_main:
+            log.info("train.compile: encoders compiled by torch.compile (inductor, static shapes), inputs padded to lengths %s (questions) and %s "
+                     "(passages), %d passage rows; compiler caches in %s%s", compiled.buckets["question"], compiled.buckets["passage"],
+                     compiled.passage_rows, compiled.cache_dir, " (training steps run padded; validation as model.unpad says)"
+                     if self.model.unpad is None and self.device.type == "cpu" else "")
+        return compiled
 
     # -- data --------------------------------------------------------------------------
     def _loader(self, first_step: int):
@@ -162,11 +193,14 @@ class Trainer:
         optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
         precision = self.runtime["precision"]
         trained = data_parallel(model, find_unused_parameters=self._may_leave_parameters_idle())
+        if cfg.compile:
+            self._compiled = self._compile()
         return _Loop(
             optimizer=optimizer,
             scheduler=linear_schedule(optimizer, cfg.warmup_steps, self.total_steps),
             scaler=grad_scaler(precision, self.device),
-            runner=StepRunner(trained, cfg.loss_config(model.config), precision, self.device, cfg.grad_cache_chunk, self.dist.world_size),
+            runner=StepRunner(trained, cfg.loss_config(model.config), precision, self.device, cfg.grad_cache_chunk, self.dist.world_size,
+                              compiled=self._compiled),
             params=[(n, p) for n, p in model.named_parameters() if p.requires_grad],
             precision=precision,
             nonfinite=NonFiniteLosses(cfg.max_nonfinite_losses),
@@ -281,10 +315,28 @@ class Trainer:
         """The final model directory and `train_summary.json` (main rank)."""
         median_step = float(np.median(loop.step_times)) if loop.step_times else None
         final = self.out / "final"
+        compiled = self._compiled.log_report() if self._compiled is not None and self.dist.is_main else None
         if self.dist.is_main:
             self.model.save(final, self.tokenizer)
             summary = {"steps": step, "seconds": seconds, "median_step_s": median_step, "config": asdict(self.cfg), "runtime": self.runtime,
                        "last": loop.history[-1] if loop.history else {}}
+            if compiled is not None:
+                summary["compile"] = compiled
             with atomic_open(self.out / "train_summary.json") as f:
                 json.dump(summary, f, indent=2)
-        return TrainResult(step, str(final), seconds, median_step if median_step is not None else float("nan"), loop.history, loop.step_times)
+        return TrainResult(step, str(final), seconds, median_step if median_step is not None else float("nan"), loop.history, loop.step_times,
+                           compiled)
+
+
+def _has_triton() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+def _pad_token_id(tokenizer, model) -> int:
+    """The padding id of bucketed inputs (masked out: any id would do; the tokenizer's is the natural one)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(model.encoder_config, "pad_token_id", None)
+    return int(pad or 0)
