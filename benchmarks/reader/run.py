@@ -22,7 +22,6 @@ import logging
 import re
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -136,7 +135,9 @@ def _same_reader(reader_dir: Path, train, model_settings) -> bool:
         return False
     found = json.loads(summary.read_text())
     done = found.get("config", {})
-    return all(done.get(key) == getattr(train, key) for key in READER_KEYS) and found.get("model") == asdict(model_settings)
+    model = found.get("model", {})  # the trained reader's ReaderConfig
+    return (all(done.get(key) == getattr(train, key) for key in READER_KEYS)
+            and all(model.get(key) == getattr(model_settings, key) for key in ("max_length", "max_answer_length")))
 
 
 def train_stage(job, reuse: bool, times: dict, label: str) -> tuple[dict, bool]:
@@ -149,8 +150,6 @@ def train_stage(job, reuse: bool, times: dict, label: str) -> tuple[dict, bool]:
         log.info("reusing the reader trained in %s with these settings", reader_dir)
     else:
         train_reader(job)
-        summary_path = reader_dir / "train_summary.json"
-        summary_path.write_text(json.dumps({**json.loads(summary_path.read_text()), "model": asdict(job.model)}, indent=2))
     summary = json.loads((reader_dir / "train_summary.json").read_text())
     times[f"reader: {label}" + (" (reused)" if reused else "")] = summary["seconds"]
     return summary, reused

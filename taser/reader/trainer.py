@@ -74,7 +74,8 @@ class ReaderTrainer:
         model.to(self.device).train()
         optimizer = torch.optim.AdamW(reader_param_groups(model, cfg.learning_rate, cfg.weight_decay, cfg.head_learning_rate),
                                       lr=cfg.learning_rate, eps=cfg.adam_eps, fused=self.device.type in ("cpu", "cuda"))
-        self.head_group = next((i for i, g in enumerate(optimizer.param_groups) if g["name"] == "heads"), None)
+        names = [g["name"] for g in optimizer.param_groups]
+        self.encoder_group, self.head_group = names.index("encoder"), names.index("heads") if "heads" in names else None
         scheduler = linear_schedule(optimizer, cfg.warmup_steps, self.total_steps)
         scaler = grad_scaler(self.precision, self.device)
         trained = data_parallel(model, find_unused_parameters=False)
@@ -141,7 +142,7 @@ class ReaderTrainer:
         else:
             optimizer.step()
         rates = scheduler.get_last_lr()
-        lr = rates[0]
+        lr = rates[self.encoder_group]
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         n = len(batch.input_ids)
@@ -168,7 +169,8 @@ class ReaderTrainer:
         final = self.out / "final"
         if self.dist.is_main:
             self.model.save(final, self.tokenizer)
-            summary = {"steps": step, "seconds": seconds, "median_step_s": median, "config": asdict(self.cfg), "runtime": self.runtime,
+            summary = {"steps": step, "seconds": seconds, "median_step_s": median, "config": asdict(self.cfg),
+                       "model": asdict(self.model.config), "runtime": self.runtime,
                        "questions": len(self.data.questions), "gold_positives": self.data.gold_positives, "skipped": self.data.skipped,
                        "last": history[-1] if history else {}, "dev_best": self.dev.best if self.dev is not None else None}
             with atomic_open(self.out / "train_summary.json") as f:
