@@ -5,7 +5,8 @@ import torch
 from conftest import tiny_model_cfg
 
 import taser.models.attention as attention
-from taser.models.attention import DROPOUT_RESOLUTION, chunked_dropout_attention
+from taser.models.attention import chunked_dropout_attention
+from taser.models.dropout import drop_threshold, keep_mask
 from taser.models.loading import load_model
 
 B, H, L, D = 5, 3, 7, 4
@@ -62,7 +63,7 @@ def test_dropout_is_on_the_probabilities_with_the_seeded_mask(qkv, padding_mask)
     torch.manual_seed(5)
     out = chunked_dropout_attention(*qkv, padding_mask, p)  # one chunk: one draw of the whole mask
     torch.manual_seed(5)
-    keep = torch.randint(0, DROPOUT_RESOLUTION, (B, H, L, L), dtype=torch.int16) >= round(p * DROPOUT_RESOLUTION)
+    keep = keep_mask((B, H, L, L), p)
     assert 0 < (~keep).sum() < keep.sum()
     ref = eager(*qkv, padding_mask, keep, p)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
@@ -143,7 +144,7 @@ def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer,
 
     An attention dropout of 1e-9 rounds to a drop threshold of 0: no dropout mask is drawn and
     nothing is dropped, so the result must be SDPA's without dropout."""
-    assert round(1e-9 * DROPOUT_RESOLUTION) == 0
+    assert drop_threshold(1e-9) == 0
     ours, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9))
     theirs, _ = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, attention_dropout=1e-9, attention="sdpa"))
     ours.train(), theirs.eval()

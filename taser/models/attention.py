@@ -8,7 +8,8 @@ settings that is most of the gap between attention dropout 0.1 and 0 (1.3 GB of 
 
 `ChunkedDropoutAttention` computes the same function a few sequences at a time, so the L x L
 temporaries stay small and in cache, and keeps for backward only q, k, v, the softmax
-log-normaliser, the dropout mask as bools and the attention mask as given (the (B, 1, L, L)
+log-normaliser, the dropout mask as bools (drawn by `taser.models.dropout.drop_mask`, p rounded
+to a multiple of 2**-15) and the attention mask as given (the (B, 1, L, L)
 bools of `sdpa_mask`, applied to each chunk's scores, never expanded to a float bias); backward
 recomputes the probabilities. Matrix products run in the inputs' dtype (bf16 under autocast),
 the softmax and its gradient in fp32.
@@ -32,12 +33,12 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from taser.models.config import TASER_SDPA, Attention
+from taser.models.dropout import drop_mask, drop_threshold
 from taser.models.unpad import PACKING_KWARG
 
 __all__ = ["ATTENTION_IMPLEMENTATIONS", "Attention", "ChunkedDropoutAttention", "TASER_SDPA", "chunked_dropout_attention"]
 
 ATTENTION_IMPLEMENTATIONS = Attention.names()
-DROPOUT_RESOLUTION = 1 << 15  # the drop probability is rounded to a multiple of 2**-15
 CHUNK_ELEMENTS = 1 << 20  # about 4 MB of fp32 scores per chunk
 
 
@@ -66,11 +67,10 @@ class ChunkedDropoutAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, p: float, scale: float):
         acc = torch.promote_types(q.dtype, torch.float32)
-        drop_threshold = round(p * DROPOUT_RESOLUTION)
         keep_scale = 1.0 / (1.0 - p)
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:-1], dtype=acc, device=q.device)
-        keep = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=torch.bool, device=q.device) if drop_threshold else None
+        drop = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=torch.bool, device=q.device) if drop_threshold(p) else None
         step = _rows_per_chunk(q, k)
         with torch.autocast(q.device.type, enabled=False):
             for b0 in range(0, q.shape[0], step):
@@ -80,18 +80,17 @@ class ChunkedDropoutAttention(torch.autograd.Function):
                 log_norm = torch.logsumexp(scores, -1, keepdim=True).nan_to_num_(neginf=0.0)
                 lse[rows] = log_norm.squeeze(-1)
                 probs = scores.sub_(log_norm).exp_()
-                if keep is not None:
-                    random = torch.randint(0, DROPOUT_RESOLUTION, probs.shape, dtype=torch.int16, device=q.device)
-                    keep[rows] = chunk_keep = random >= drop_threshold
-                    probs.mul_(chunk_keep).mul_(keep_scale)
+                if drop is not None:
+                    drop[rows] = chunk_drop = drop_mask(probs.shape, p, q.device)
+                    probs.masked_fill_(chunk_drop, 0.0).mul_(keep_scale)
                 out[rows] = torch.matmul(probs.to(q.dtype), v[rows])
-        ctx.save_for_backward(q, k, v, mask, lse, keep)
+        ctx.save_for_backward(q, k, v, mask, lse, drop)
         ctx.scale, ctx.keep_scale = scale, keep_scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, mask, lse, keep = ctx.saved_tensors
+        q, k, v, mask, lse, drop = ctx.saved_tensors
         scale, keep_scale = ctx.scale, ctx.keep_scale
         grad_out = grad_out.to(q.dtype)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -102,10 +101,10 @@ class ChunkedDropoutAttention(torch.autograd.Function):
                 scores = _mask_scores(torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(lse.dtype).mul_(scale), mask, rows)
                 probs = scores.sub_(lse[rows].unsqueeze(-1)).exp_()
                 grad_dropped = torch.matmul(grad_out[rows], v[rows].transpose(-1, -2)).to(lse.dtype)
-                if keep is not None:
-                    chunk_keep = keep[rows]
-                    dropped = (probs * chunk_keep).mul_(keep_scale)
-                    grad_probs = grad_dropped.mul_(chunk_keep).mul_(keep_scale)
+                if drop is not None:
+                    chunk_drop = drop[rows]
+                    dropped = probs.masked_fill(chunk_drop, 0.0).mul_(keep_scale)
+                    grad_probs = grad_dropped.masked_fill_(chunk_drop, 0.0).mul_(keep_scale)
                 else:
                     dropped, grad_probs = probs, grad_dropped
                 grad_v[rows] = torch.matmul(dropped.to(q.dtype).transpose(-1, -2), grad_out[rows])

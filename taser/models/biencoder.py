@@ -23,6 +23,7 @@ from taser.io import atomic_dir
 from taser.models.attention import TASER_SDPA, Attention
 from taser.models.checkpoint_files import load_weights, read_config_block, write_checkpoint_files
 from taser.models.config import BiEncoderConfig
+from taser.models.dropout import use_mask_dropout
 from taser.models.pooling import pool
 from taser.models.pretrained import native_pooling, resolve_pretrained
 from taser.models.routers import AuxLoss
@@ -90,6 +91,8 @@ class BiEncoder(nn.Module):
 
             specialize_encoder(self.question_encoder, config.taser)
         for encoder in (self.question_encoder, self.passage_encoder):
+            if encoder is not None:
+                use_mask_dropout(encoder)  # cheaper CPU dropout masks, same rates (taser.models.dropout)
             pooler = getattr(encoder, "pooler", None)
             if pooler is not None:  # kept for the checkpoint layouts, but no vector uses it: not trained
                 pooler.requires_grad_(False)
