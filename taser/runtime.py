@@ -16,6 +16,7 @@ import platform
 
 import torch
 
+from taser import huge_pages
 from taser.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def hardware(device: str | torch.device = "auto") -> dict:
         "cpu_native_bf16": cpu_has_native_bf16(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "huge_page_tensors": huge_pages.active(),
         "device": device.type,
         "torch": torch.__version__,
     }

@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=1, help="untimed batches first (each run once per lever)")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="instead of timing: torch.profiler's top ROWS operators of one step per lever")
+    ap.add_argument("--huge-pages-pairs", type=int, default=0, metavar="N",
+                    help="compare huge-page tensors off and on (taser.huge_pages) in N pairs of processes")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     return ap.parse_args()
 
@@ -178,34 +181,32 @@ def profile_levers(args, model, optimizer, runner, batches) -> None:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile), flush=True)
 
 
-def main() -> None:
-    args = parse_args()
-    for key, value in ISA_ENV.get(args.isa, {}).items():
-        os.environ[key] = value  # before torch loads: its dispatch reads them once
+def measure(args) -> dict:
+    """The levers in this process (see the module docstring); prints and returns the figures."""
     import torch
-    from common import ROOT, command_line, machine_line
+    from common import ROOT, machine_line, peak_rss_gb
     from roofline_levers import LEVERS
 
+    from taser import huge_pages
     from taser.runtime import resolve_precision
 
     precision = resolve_precision(args.precision)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    per_block = args.warmup + args.steps
-    model, optimizer, runner, batches = build(args.work or ROOT / "outputs" / "bench-peers", precision, per_block)
+    model, optimizer, runner, batches = build(args.work or ROOT / "outputs" / "bench-peers", precision, args.warmup + args.steps)
     encoder = model.question_encoder
     hf = encoder.config
     layers, hidden, ffn = hf.num_hidden_layers, hf.hidden_size, hf.intermediate_size
     check_flop_count(encoder, hf)
     flops = [useful_flops(lengths_of(b), layers, hidden, ffn) for b in batches]
     tokens = round(statistics.mean(sum(lengths_of(b)) for b in batches))
-
+    thp = huge_pages.active()
     print(machine_line(args.precision), f"ISA: {args.isa} (torch dispatch: {torch.backends.cpu.get_cpu_capability()}), "
-          f"threads {torch.get_num_threads()}", flush=True)
+          f"threads {torch.get_num_threads()}, huge-page tensors {'on' if thp else 'off'}", flush=True)
     print(f"step: {len(batches[0].positive_idx)} questions + {len(batches[0].ctx_owner)} passages, {tokens} real tokens on average, "
           f"{statistics.mean(flops) / 1e9:.0f} GFLOP useful", flush=True)
     if args.profile:
         profile_levers(args, model, optimizer, runner, batches)
-        return
+        return {}
     warm(model, optimizer, runner, batches[:args.warmup], args.levers)
     timed = batches[args.warmup:]
     results = {name: [] for name in args.levers}
@@ -229,9 +230,15 @@ def main() -> None:
                    "vs_first": statistics.median(a["s"] / b["s"] for a, b in zip(steps[args.levers[0]], steps[name]))}
             results[name].append(row)
             print(json.dumps(row), flush=True)
-    print(f"\n{command_line(__file__)}")
-    print(f"| lever | step s (median per round) | GEMM GFLOP/s (median per round) | roofline fraction (per round) | median | "
-          f"step rate vs {args.levers[0]} (per round) |")
+    print_table(results, args.levers[0])
+    return {"machine": machine_line(args.precision), "isa": args.isa, "capability": torch.backends.cpu.get_cpu_capability(),
+            "huge_page_tensors": thp, "tokens": tokens, "gflop": statistics.mean(flops) / 1e9, "peak_rss_gb": peak_rss_gb(),
+            "results": results}
+
+
+def print_table(results: dict, first: str, label: str = "lever") -> None:
+    print(f"| {label} | step s (median per round) | GEMM GFLOP/s (median per round) | roofline fraction (per round) | median | "
+          f"step rate vs {first} (per round) |")
     print("|---|---|---|---|---|---|")
     for name, rows in results.items():
         steps_s = ", ".join(f"{x['step_s']:.2f}" for x in rows)
@@ -240,10 +247,47 @@ def main() -> None:
         ratios = ", ".join(f"{x['vs_first']:.3f}" for x in rows)
         print(f"| {name} | {steps_s} | {rates} | {fractions} | {100 * statistics.median(x['fraction'] for x in rows):.1f}% | "
               f"{statistics.median(x['vs_first'] for x in rows):.3f}x ({ratios}) |")
-    if args.json:
-        args.json.write_text(json.dumps({"machine": machine_line(args.precision), "isa": args.isa,
-                                         "capability": torch.backends.cpu.get_cpu_capability(), "tokens": tokens,
-                                         "gflop": statistics.mean(flops) / 1e9, "results": results}, indent=1))
+
+
+def compare_huge_pages(args) -> dict:
+    """Huge-page tensors off and on (`taser.huge_pages`), a process-wide setting: pairs of child
+    processes, each running every lever for `--rounds`; the order within a pair alternates."""
+    import tempfile
+
+    argv = [a for a in sys.argv[1:]]
+    i = argv.index("--huge-pages-pairs")
+    del argv[i:i + 2]
+    children = {"off": [], "on": []}
+    for pair in range(args.huge_pages_pairs):
+        for setting in (("off", "on") if pair % 2 == 0 else ("on", "off")):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "child.json"
+                env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "1" if setting == "on" else "0"}
+                subprocess.run([sys.executable, __file__, *argv, "--json", str(out)], env=env, check=True)
+                child = json.loads(out.read_text())
+            if child["huge_page_tensors"] != (setting == "on"):
+                raise SystemExit(f"huge-page tensors asked {setting}, but the child found them {'on' if child['huge_page_tensors'] else 'off'}")
+            children[setting].append(child)
+    combined = {}
+    for setting, runs in children.items():
+        for name in args.levers:
+            combined[f"huge pages {setting}, {name}"] = [row for run in runs for row in run["results"][name]]
+    peaks = "; ".join(f"{k} " + ", ".join(f"{c['peak_rss_gb']:.2f}" for c in v) for k, v in children.items())
+    print(f"\nhuge-page tensors off and on, {args.huge_pages_pairs} pairs of processes; peak RSS GB: {peaks}")
+    print_table(combined, args.levers[0], "setting")
+    return {"machine": children["on"][0]["machine"], "children": children}
+
+
+def main() -> None:
+    args = parse_args()
+    for key, value in ISA_ENV.get(args.isa, {}).items():
+        os.environ[key] = value  # before torch loads: its dispatch reads them once
+    from common import command_line
+
+    figures = compare_huge_pages(args) if args.huge_pages_pairs else measure(args)
+    print(f"\n{command_line(__file__)}")
+    if args.json and figures:
+        args.json.write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

@@ -65,40 +65,49 @@ def _length_groups(lengths: list[int], ratio: float) -> list[list[int]]:
 class PackedLayout:
     """Where the N real tokens of a right-padded (B, L) batch sit, and how to move between layouts."""
 
-    indices: torch.Tensor  # (N,) long: flat position b * L + t of each real token, in row-major order
+    indices: torch.Tensor  # (N,) long: flat position b * L + t of each real token, in packed order (by group)
     row_ids: torch.Tensor  # (N,) long: the input (row) each real token belongs to
     starts: torch.Tensor  # (B,) long: packed index of each input's first token ([CLS])
     token_mask: torch.Tensor  # (B, L) bool: the real tokens
     groups: tuple[LengthGroup, ...]  # the attention core's padded calls
-    slots: torch.Tensor  # (N,) long: each real token's row in the groups' padded layouts, laid end to end
+    # (N,) long: each real token's row in the groups' padded layouts, laid end to end; None when no
+    # group is padded, and the packed tokens are those layouts already
+    slots: torch.Tensor | None
 
     @classmethod
     def from_mask(cls, mask: torch.Tensor, group_ratio: float | None = None) -> PackedLayout:
         """The layout of a right-padded (B, L) 0/1 mask; every input needs at least one real token.
-        `group_ratio`: None, the device's (`GROUP_LENGTH_RATIO`); 0 makes one group of the whole batch."""
+        `group_ratio`: None, the device's (`GROUP_LENGTH_RATIO`); 0 makes one group of the whole batch.
+
+        The inputs are packed in their groups' order (longest first, ties in row order), so a group
+        whose inputs all fill its length is a plain view of the packed tokens: no scatter, no pads."""
         mask = mask.bool()
         batch, length = mask.shape
         lengths = mask.sum(1)
         if batch and not bool((lengths > 0).all()):
             raise ValueError("padding-free encoding needs at least one real token per input (an all-padding row was given)")
-        indices = mask.reshape(-1).nonzero().squeeze(1)
-        row_ids = torch.div(indices, length, rounding_mode="floor")
-        starts = torch.cumsum(lengths, 0) - lengths
-        positions = (torch.cumsum(mask, 1) - 1).reshape(-1).index_select(0, indices)
-
         sizes = lengths.tolist()
-        groups, row_base, offset = [], [0] * batch, 0
-        for rows in _length_groups(sizes, group_ratio_for(mask.device) if group_ratio is None else group_ratio):
+        grouped = _length_groups(sizes, group_ratio_for(mask.device) if group_ratio is None else group_ratio)
+        order = torch.tensor([row for rows in grouped for row in rows], dtype=torch.long, device=mask.device)
+        in_order, positions = mask.index_select(0, order).nonzero(as_tuple=True)
+        row_ids = order.index_select(0, in_order)
+        indices = row_ids * length + positions
+        starts = torch.empty_like(lengths)
+        starts[order] = torch.cumsum(lengths.index_select(0, order), 0) - lengths.index_select(0, order)
+
+        groups, row_base, offset, aligned = [], [0] * batch, 0, True
+        for rows in grouped:
             longest = sizes[rows[0]]
             for i, row in enumerate(rows):
                 row_base[row] = offset + i * longest
             offset += len(rows) * longest
             keep = None
             if sizes[rows[-1]] < longest:
+                aligned = False
                 own = torch.tensor([sizes[r] for r in rows], device=mask.device)
                 keep = (torch.arange(longest, device=mask.device) < own[:, None])[:, None, None, :].expand(len(rows), 1, longest, longest)
             groups.append(LengthGroup(len(rows), longest, keep))
-        slots = torch.tensor(row_base, dtype=torch.long, device=mask.device).index_select(0, row_ids) + positions
+        slots = None if aligned else torch.tensor(row_base, dtype=torch.long, device=mask.device).index_select(0, row_ids) + positions
         return cls(indices, row_ids, starts, mask, tuple(groups), slots)
 
     @property
@@ -135,15 +144,19 @@ class PackedLayout:
     def unpack_heads(self, x: torch.Tensor) -> list[torch.Tensor]:
         """(1, heads, N, d) -> one (rows, heads, length, d) per group, zeros at the pads."""
         tokens = x[0].transpose(0, 1)  # (N, heads, d)
-        total = sum(g.rows * g.length for g in self.groups)
-        padded = tokens.new_zeros((total, *tokens.shape[1:])).index_copy_(0, self.slots, tokens)
+        if self.slots is None:
+            padded = tokens
+        else:
+            total = sum(g.rows * g.length for g in self.groups)
+            padded = tokens.new_zeros((total, *tokens.shape[1:])).index_copy_(0, self.slots, tokens)
         parts = padded.split([g.rows * g.length for g in self.groups])
         return [p.view(g.rows, g.length, *tokens.shape[1:]).transpose(1, 2) for p, g in zip(parts, self.groups)]
 
     def pack_heads(self, outputs: list[torch.Tensor]) -> torch.Tensor:
         """One (rows, length, heads, d) attention output per group -> (1, N, heads, d)."""
         flat = [o.reshape(-1, *o.shape[2:]) for o in outputs]
-        return (torch.cat(flat) if len(flat) > 1 else flat[0]).index_select(0, self.slots).unsqueeze(0)
+        tokens = torch.cat(flat) if len(flat) > 1 else flat[0]
+        return (tokens if self.slots is None else tokens.index_select(0, self.slots)).unsqueeze(0)
 
 
 def position_offset(encoder: nn.Module) -> int:
