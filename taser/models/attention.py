@@ -62,58 +62,72 @@ def _mask_scores(scores: torch.Tensor, mask: torch.Tensor | None, rows: slice) -
 class ChunkedDropoutAttention(torch.autograd.Function):
     """softmax(q k^T * scale, masked) with dropout p, times v; q, k, v are (B, H, L, D).
 
-    `mask`: None, a boolean keep-mask, or an additive float mask in the softmax's dtype."""
+    `mask`: None, a boolean keep-mask, or an additive float mask in the softmax's dtype.
+
+    The per-element work on the (L x L) scores is kept to what the function needs: the scale is
+    applied to q and the dropout's 1 / (1 - p) to the output (and to the output's gradient), both
+    (L x D); the softmax exponentiates once; and its backward's row sums, sum_j dP_ij P_ij, are
+    taken as sum_d dO_id O_id, which equals it, dropout included (FlashAttention's identity)."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, p: float, scale: float):
         acc = torch.promote_types(q.dtype, torch.float32)
         keep_scale = 1.0 / (1.0 - p)
         out = torch.empty_like(q)
-        lse = torch.empty(q.shape[:-1], dtype=acc, device=q.device)
+        lse = torch.empty((*q.shape[:-1], 1), dtype=acc, device=q.device)
         drop = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=torch.bool, device=q.device) if drop_threshold(p) else None
+        q_scaled = q * scale
         step = _rows_per_chunk(q, k)
         with torch.autocast(q.device.type, enabled=False):
             for b0 in range(0, q.shape[0], step):
                 rows = slice(b0, b0 + step)
-                scores = _mask_scores(torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(acc).mul_(scale), mask, rows)
-                # A fully masked row has lse -inf; 0 instead makes its probabilities exp(-inf) = 0.
-                log_norm = torch.logsumexp(scores, -1, keepdim=True).nan_to_num_(neginf=0.0)
-                lse[rows] = log_norm.squeeze(-1)
-                probs = scores.sub_(log_norm).exp_()
+                scores = _mask_scores(torch.matmul(q_scaled[rows], k[rows].transpose(-1, -2)).to(acc), mask, rows)
+                top = scores.amax(-1, keepdim=True)
+                if mask is not None:
+                    top.nan_to_num_(neginf=0.0)  # a fully masked row: its probabilities exp(-inf) = 0
+                probs = scores.sub_(top).exp_()
+                # >= 1 where a key is attended (its largest term is exp(0)); 0 for a fully masked row,
+                # which the clamp leaves at probabilities 0 and a log-normaliser 0
+                total = probs.sum(-1, keepdim=True).clamp_min_(1.0)
+                probs.div_(total)
+                lse[rows] = top.add_(total.log_())
                 if drop is not None:
                     drop[rows] = chunk_drop = drop_mask(probs.shape, p, q.device)
-                    probs.masked_fill_(chunk_drop, 0.0).mul_(keep_scale)
+                    probs.masked_fill_(chunk_drop, 0.0)
                 out[rows] = torch.matmul(probs.to(q.dtype), v[rows])
-        ctx.save_for_backward(q, k, v, mask, lse, drop)
+        if drop is not None:
+            out.mul_(keep_scale)
+        ctx.save_for_backward(q_scaled, k, v, mask, lse, drop, out)
         ctx.scale, ctx.keep_scale = scale, keep_scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, mask, lse, drop = ctx.saved_tensors
+        q_scaled, k, v, mask, lse, drop, out = ctx.saved_tensors
         scale, keep_scale = ctx.scale, ctx.keep_scale
-        grad_out = grad_out.to(q.dtype)
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        step = _rows_per_chunk(q, k)
-        with torch.autocast(q.device.type, enabled=False):
-            for b0 in range(0, q.shape[0], step):
+        grad_out = grad_out.to(q_scaled.dtype)
+        acc = lse.dtype
+        row_dot = (grad_out.to(acc) * out.to(acc)).sum(-1, keepdim=True)  # sum_j dP_ij P_ij
+        grad_kept = grad_out * keep_scale if drop is not None else grad_out  # the gradient through the 1 / (1 - p)
+        grad_q, grad_k, grad_v = torch.empty_like(q_scaled), torch.empty_like(k), torch.empty_like(v)
+        step = _rows_per_chunk(q_scaled, k)
+        with torch.autocast(q_scaled.device.type, enabled=False):
+            for b0 in range(0, q_scaled.shape[0], step):
                 rows = slice(b0, b0 + step)
-                scores = _mask_scores(torch.matmul(q[rows], k[rows].transpose(-1, -2)).to(lse.dtype).mul_(scale), mask, rows)
-                probs = scores.sub_(lse[rows].unsqueeze(-1)).exp_()
-                grad_dropped = torch.matmul(grad_out[rows], v[rows].transpose(-1, -2)).to(lse.dtype)
+                scores = _mask_scores(torch.matmul(q_scaled[rows], k[rows].transpose(-1, -2)).to(acc), mask, rows)
+                probs = scores.sub_(lse[rows]).exp_()
+                grad_probs = torch.matmul(grad_kept[rows], v[rows].transpose(-1, -2)).to(acc)
+                kept = probs
                 if drop is not None:
                     chunk_drop = drop[rows]
-                    dropped = probs.masked_fill(chunk_drop, 0.0).mul_(keep_scale)
-                    grad_probs = grad_dropped.masked_fill_(chunk_drop, 0.0).mul_(keep_scale)
-                else:
-                    dropped, grad_probs = probs, grad_dropped
-                grad_v[rows] = torch.matmul(dropped.to(q.dtype).transpose(-1, -2), grad_out[rows])
-                # softmax backward: p * (g - sum(g * p)); probs is overwritten in place
-                row_dot = (grad_probs * probs).sum(-1, keepdim=True)
-                grad_scores = probs.mul_(grad_probs.sub_(row_dot)).mul_(scale).to(q.dtype)
+                    kept = probs.masked_fill(chunk_drop, 0.0)
+                    grad_probs.masked_fill_(chunk_drop, 0.0)
+                grad_v[rows] = torch.matmul(kept.to(v.dtype).transpose(-1, -2), grad_kept[rows])
+                # softmax backward, P * (dP - row_dot), overwriting probs; its scale goes on grad_q below
+                grad_scores = probs.mul_(grad_probs.sub_(row_dot[rows])).to(q_scaled.dtype)
                 grad_q[rows] = torch.matmul(grad_scores, k[rows])
-                grad_k[rows] = torch.matmul(grad_scores.transpose(-1, -2), q[rows])
-        return grad_q, grad_k, grad_v, None, None, None
+                grad_k[rows] = torch.matmul(grad_scores.transpose(-1, -2), q_scaled[rows])
+        return grad_q.mul_(scale), grad_k, grad_v, None, None, None
 
 
 def chunked_dropout_attention(
