@@ -23,6 +23,11 @@ class Backend(Choice):
     torch = "torch"  # PyTorch: exact, every device
     onnx = "onnx"  # ONNX Runtime, float32, graph optimisations (CPU)
     onnx_int8 = "onnx_int8"  # ONNX Runtime, int8 MatMul weights, dynamic activation quantisation (CPU)
+    onnx_int8_static = "onnx_int8_static"  # ONNX Runtime, int8 MatMul weights and activations, ranges calibrated once (CPU)
+    onnx_int8_qkv = "onnx_int8_qkv"  # onnx_int8, and the fused attention's QKV projection in int8 (QAttention) (CPU)
+
+
+ONNX_BACKENDS: tuple[str, ...] = ("onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv")  # those run by taser.models.onnx_backend
 
 
 # Speed, from benchmarks/peers/encode_results.md (AMD EPYC, AVX2, fp32, 2 cores; fused graphs, recipes onnx 2 /
@@ -47,7 +52,12 @@ FAILED_GATE: dict[Backend, str] = {  # backend -> why it has not passed the gate
 # int8 2 and 3: unsigned weights, FFN down-projections kept in float32 (int8 1, signed weights on every
 # MatMul, failed the accuracy gate); the fused attention's QKV projection stays float32. Caches written
 # before versions were recorded count as 1.
-RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3)}
+# static int8 1: recipe int8 3's MatMuls (FFN down-projections and the attention's QKV float32), int8 activations with
+# ranges calibrated (MinMax) on taser.models.calibration_texts, the digest of those texts recorded beside the graphs.
+# int8 QKV 1: recipe int8 3 and the fused attentions as QAttention (int8 QKV projection).
+RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3),
+                                           Backend.onnx_int8_static: ("fused static int8", 1),
+                                           Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 1)}
 
 
 # what a manifest or an index records of how its vectors were computed (backend_record's keys, and the
@@ -90,7 +100,7 @@ def onnx_available() -> bool:
 
 
 def installed(backend: Backend) -> bool:
-    if backend in (Backend.onnx, Backend.onnx_int8):
+    if str(backend) in ONNX_BACKENDS:
         return onnx_available()
     return True
 

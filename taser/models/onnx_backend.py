@@ -1,6 +1,8 @@
 """Encoding through ONNX Runtime instead of PyTorch (inference only): a checkpoint's question and
 passage encoders exported once to ONNX graphs, run by ONNX Runtime with its graph optimisations,
-optionally with int8 weights (dynamic quantisation).
+optionally with int8 weights: activations quantised per batch (dynamic quantisation, `onnx_int8`;
+`onnx_int8_qkv` also quantises the QKV projection inside the fused attention, `QAttention`), or with
+ranges calibrated once on fixed texts (static quantisation, `onnx_int8_static`).
 
 The graphs are exported with the explicit ("eager") attention, whose padding mask is one additive
 float bias made once: PyTorch's SDPA exports a boolean mask turned into a bias in every layer and a
@@ -36,7 +38,7 @@ import torch
 from torch import nn
 
 from taser.io import atomic_dir
-from taser.models.backends import RECIPES, onnx_available  # noqa: F401 (onnx_available: part of this module's interface)
+from taser.models.backends import ONNX_BACKENDS, RECIPES, onnx_available  # noqa: F401 (onnx_available: part of this module's interface)
 
 log = logging.getLogger(__name__)
 
@@ -122,17 +124,97 @@ def ffn_down_projections(path: Path, intermediate_size: int, hidden_size: int) -
             if node.op_type == "MatMul" and any(shapes.get(x) == [intermediate_size, hidden_size] for x in node.input)]
 
 
-def quantize_int8(source: Path, target: Path, keep_float: list[str] = ()) -> None:
+def quantize_int8(source: Path, target: Path, keep_float: list[str] = (), attention: bool = False) -> None:
     """int8 weights of the MatMuls (dynamic quantisation: activations quantised per batch at run
     time), per output channel; `keep_float`: node names left in float32. Unsigned weights: with
     unsigned activations they avoid the u8 x s8 saturation of CPUs without VNNI (ONNX Runtime's
-    quantisation guide), and measured closer to float32 here (median cosine 0.9949 vs 0.9935)."""
+    quantisation guide), and measured closer to float32 here (median cosine 0.9949 vs 0.9935).
+    `attention`: the fused `Attention` kernels too, as `QAttention` (int8 QKV projection, its
+    input quantised per batch; ONNX Runtime gives its weights 7 bits)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # the fused operators (com.microsoft domain) defeat ONNX shape inference: their outputs are float32
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QUInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QUInt8, per_channel=True,
+                     op_types_to_quantize=["MatMul", "Attention"] if attention else ["MatMul"],
                      nodes_to_exclude=list(keep_float), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
+
+
+# static int8 (`onnx_int8_static`): how its graphs are written, chosen by measurement (docs/encoding.md)
+STATIC_FORMAT = "QOperator"
+CALIBRATION_BATCH = 16
+
+
+def calibration_feeds(tokenizer, config, side: str, texts=None, batch_size: int = CALIBRATION_BATCH) -> list[dict]:
+    """The calibration inputs of `side`'s graph: `texts` (questions, or (title, text) passages; by
+    default `taser.models.calibration_texts`) tokenised as encoding does (the checkpoint's maximum
+    lengths), length-sorted, right-padded, in batches."""
+    from taser.models.inputs import pad_batch, passage_ids, question_ids
+
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    if texts is None:
+        from taser.models import calibration_texts
+
+        texts = calibration_texts.QUESTIONS if side == "question" else calibration_texts.PASSAGES
+    texts = list(texts)
+    if not texts:
+        raise ValueError(f"static int8 needs calibration texts for the {side} graph: none given")
+    if side == "passage" and not all(isinstance(t, (tuple, list)) and len(t) == 2 for t in texts):
+        raise ValueError("the passage graph calibrates on (title, text) pairs")
+    ids = (question_ids(tokenizer, texts, config.max_question_length) if side == "question"
+           else passage_ids(tokenizer, [t for t, _ in texts], [x for _, x in texts], config.max_length))  # fmt: skip
+    ids = sorted(ids, key=len, reverse=True)
+    feeds = []
+    for start in range(0, len(ids), batch_size):
+        batch = pad_batch(ids[start : start + batch_size], tokenizer.pad_token_id)
+        feeds.append({name: batch[name].numpy().astype(np.int64) for name in ("input_ids", "attention_mask")})
+    return feeds
+
+
+def calibration_digest() -> str:
+    """A digest of the shipped calibration texts (a cache calibrated on others is rebuilt)."""
+    from taser.models import calibration_texts
+
+    return hashlib.sha256(json.dumps([calibration_texts.QUESTIONS, calibration_texts.PASSAGES]).encode()).hexdigest()[:16]
+
+
+def quantize_int8_static(source: Path, target: Path, feeds: list[dict], keep_float: list[str] = (), quant_format: str = STATIC_FORMAT) -> None:
+    """int8 weights and activations of the MatMuls with the activations' ranges calibrated once
+    (MinMax over `feeds`) instead of measured per batch: static quantisation. Unsigned weights and
+    activations, weights per output channel, as `quantize_int8`; `keep_float`: node names left in
+    float32. `quant_format`: "QOperator" (QLinearMatMul) or "QDQ" (Quantize/Dequantize pairs that
+    ONNX Runtime fuses when it loads the graph). ONNX Runtime's symbolic shape inference runs first:
+    the calibration needs every MatMul input's type, which plain ONNX inference loses after the
+    fused (com.microsoft) operators."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    if quant_format not in ("QOperator", "QDQ"):
+        raise ValueError(f"quant_format must be QOperator or QDQ, got {quant_format!r}")
+    if not feeds:
+        raise ValueError("static int8 needs at least one calibration batch")
+
+    class Feeds(CalibrationDataReader):
+        def __init__(self):
+            self.rewind()
+
+        def get_next(self):
+            return next(self.batches, None)
+
+        def rewind(self):
+            self.batches = iter(feeds)
+
+    inferred = target.with_name(target.stem + ".shapes.onnx")
+    onnx.save(SymbolicShapeInference.infer_shapes(onnx.load(str(source)), auto_merge=True), str(inferred))
+    try:
+        quantize_static(str(inferred), str(target), Feeds(), quant_format=QuantFormat[quant_format], op_types_to_quantize=["MatMul"],
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8,
+                        nodes_to_exclude=list(keep_float), calibrate_method=CalibrationMethod.MinMax,
+                        calibration_providers=["CPUExecutionProvider"], extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
+    finally:
+        inferred.unlink(missing_ok=True)
 
 
 def _cache_root(checkpoint: Path, backend: str) -> Path:
@@ -155,30 +237,37 @@ def _versions() -> dict:
 
 def prepare_graphs(checkpoint: str | os.PathLike, backend: str) -> Path:
     """The cache directory holding `<side>.onnx` for both sides of `checkpoint` under `backend`
-    ("onnx" or "onnx_int8"), exported now when missing, written for other weights, or made by
-    another recipe (`RECIPES`)."""
+    (one of `ONNX_BACKENDS`), exported now when missing, written for other weights, or made by
+    another recipe (`RECIPES`) or, for static int8, calibrated on other texts."""
+    if str(backend) not in ONNX_BACKENDS:
+        raise ValueError(f"no ONNX graphs for backend {backend!r}: the ONNX backends are {', '.join(ONNX_BACKENDS)}")
+    backend = str(backend)
     checkpoint = Path(checkpoint)
     root = _cache_root(checkpoint, backend)
     identity = weights_digest(checkpoint)
     recipe_name, recipe = RECIPES[backend]
+    calibration = calibration_digest() if backend == "onnx_int8_static" else None
     meta_path = root / META_FILE
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         made_by = meta.get("recipe", 1)
         # a cache without parameter counts predates them: rebuilt, so loading never needs the weights in PyTorch
         complete = "parameters" in meta and "fused" in meta and all((root / f"{side}.onnx").is_file() for side in SIDES)
-        if meta.get("identity") == identity and made_by == recipe and complete:
+        same = meta.get("identity") == identity and made_by == recipe and meta.get("calibration") == calibration
+        if same and complete:
             log.info("%s backend: graphs of %s reused from %s", backend, checkpoint, root)
             return root
         why = (f"made by recipe {made_by}, this version makes {recipe_name} recipe {recipe}" if made_by != recipe
                else f"written for other weights (identity {meta.get('identity')}, the checkpoint's is {identity})" if meta.get("identity") != identity
-               else "incomplete")
+               else f"calibrated on other texts (digest {meta.get('calibration')}, the shipped texts' is {calibration})"
+               if meta.get("calibration") != calibration else "incomplete")  # fmt: skip
         log.warning("%s backend: the cache %s was %s: exporting again", backend, root, why)
-    from taser.models.biencoder import BiEncoder
+    from taser.models.biencoder import BiEncoder, load_tokenizer
     from taser.models.params import parameter_report
 
     model = BiEncoder.load(checkpoint)
     enc = model.encoder_config
+    tokenizer = load_tokenizer(checkpoint) if calibration else None
     fusions = {}
     with atomic_dir(root) as tmp:
         for side in SIDES:
@@ -189,13 +278,17 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str) -> Path:
                 log.warning("%s backend: %d of %d self-attentions of the %s graph fused (the others run unfused)", backend,
                             fusions[side].get("Attention", 0), enc.num_hidden_layers, side)
             plain.unlink()
-            if backend == "onnx_int8":
-                quantize_int8(fused, exported, ffn_down_projections(fused, enc.intermediate_size, enc.hidden_size))
-                fused.unlink()
-            else:
+            if backend == "onnx":
                 fused.rename(exported)
+                continue
+            keep_float = ffn_down_projections(fused, enc.intermediate_size, enc.hidden_size)
+            if backend == "onnx_int8_static":
+                quantize_int8_static(fused, exported, calibration_feeds(tokenizer, model.config, side), keep_float)
+            else:
+                quantize_int8(fused, exported, keep_float, attention=backend == "onnx_int8_qkv")
+            fused.unlink()
         meta = {"identity": identity, "backend": backend, "recipe": recipe, "checkpoint": str(checkpoint), "parameters": parameter_report(model),
-                "fused": fusions, **_versions()}
+                "fused": fusions, **({"calibration": calibration, "format": STATIC_FORMAT} if calibration else {}), **_versions()}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
     log.info("%s backend: exported %s to %s", backend, checkpoint, root)
     return root
