@@ -249,17 +249,37 @@ def test_static_int8_calibrates_once_and_runs_integer_matmuls(tmp_path, tiny_pre
     """onnx_int8_static: the MatMuls take int8 activations whose ranges were calibrated (no per-batch
     DynamicQuantizeLinear), the FFN down-projections stay float32, and the calibration texts' digest
     is recorded: a cache calibrated on other texts is rebuilt."""
-    from taser.models.onnx_backend import STATIC_FORMAT, calibration_digest
+    import onnx
+
+    from taser.models.onnx_backend import STATIC_FORMAT, calibration_digest, calibration_feeds, ffn_down_projections, fuse_transformer, quantize_int8_static
 
     path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
-    load_checkpoint(path, "cpu", backend="onnx_int8_static")
+    fast, tokenizer = load_checkpoint(path, "cpu", backend="onnx_int8_static")
     cache = path / CACHE_DIR / "onnx_int8_static"
-    layers = load_checkpoint(path, "cpu")[0].encoder_config.num_hidden_layers
+    model = load_checkpoint(path, "cpu")[0]
+    enc = model.encoder_config
     for side in ("question", "passage"):
-        ops = _ops(cache / f"{side}.onnx")
+        graph = onnx.load(str(cache / f"{side}.onnx")).graph
+        ops = [n.op_type for n in graph.node]
         assert "DynamicQuantizeLinear" not in ops and "QuantizeLinear" in ops, sorted(set(ops))
-        assert ops.count("QLinearMatMul" if STATIC_FORMAT == "QOperator" else "MatMul") >= 2 * layers  # attention output, FFN up
-        assert ops.count("Attention") == layers  # the fused attention (its QKV projection) stays float32
+        assert ops.count("QLinearMatMul" if STATIC_FORMAT == "QOperator" else "MatMul") >= 2 * enc.num_hidden_layers  # attention output, FFN up
+        assert ops.count("Attention") == enc.num_hidden_layers  # the fused attention (its QKV projection) stays float32
+        shapes = {init.name: list(init.dims) for init in graph.initializer}
+        float_weights = [n for n in graph.node if n.op_type == "MatMul" and any(shapes.get(x) == [enc.intermediate_size, enc.hidden_size]
+                                                                                for x in n.input)]  # fmt: skip
+        assert len(float_weights) == enc.num_hidden_layers  # the FFN down-projections stay float32, as in onnx_int8
+    # the passage graph's activation ranges are those of the shipped passages, tokenised as encoding does
+    plain, fused, again = tmp_path / "p.onnx", tmp_path / "f.onnx", tmp_path / "s.onnx"
+    export_side(model, "passage", plain)
+    fuse_transformer(plain, fused, enc)
+    feeds = calibration_feeds(tokenizer, fast.config, "passage")
+    quantize_int8_static(fused, again, feeds, ffn_down_projections(fused, enc.intermediate_size, enc.hidden_size))
+
+    def activation_scales(path):
+        graph = onnx.load(str(path)).graph
+        return sorted(float(onnx.numpy_helper.to_array(i)) for i in graph.initializer if i.name.endswith("_scale") and not i.dims)
+
+    assert activation_scales(cache / "passage.onnx") == activation_scales(again) and len(activation_scales(again)) >= 2
     meta = json.loads((cache / META_FILE).read_text())
     assert meta["calibration"] == calibration_digest() and meta["format"] == STATIC_FORMAT
     meta["calibration"] = "other texts"
@@ -282,7 +302,7 @@ def test_int8_qkv_quantises_the_fused_attention(tmp_path, tiny_pretrained):
         assert ops.count("MatMul") == enc.num_hidden_layers and "MatMulInteger" in ops  # one float FFN down-projection per layer
 
 
-def test_each_onnx_recipe_has_its_own_key_and_cache():
+def test_each_onnx_recipe_has_its_own_key_and_cache(monkeypatch):
     from taser.models import backends
 
     assert set(backends.ONNX_BACKENDS) == {str(b) for b in backends.Backend} - {"auto", "torch"}
@@ -291,6 +311,8 @@ def test_each_onnx_recipe_has_its_own_key_and_cache():
     records = [backends.backend_record(b) for b in backends.ONNX_BACKENDS]
     assert len({(r["backend"], r["backend_recipe"]) for r in records}) == len(records)
     assert all(backends.installed(backends.Backend(b)) for b in backends.ONNX_BACKENDS)
+    monkeypatch.setattr(backends, "onnx_available", lambda: False)  # without the extra, none of them is installed
+    assert not any(backends.installed(backends.Backend(b)) for b in backends.ONNX_BACKENDS)
 
 
 def test_bad_input_to_the_int8_recipes_says_what_is_wrong(tmp_path, tiny_pretrained, tokenizer):
@@ -308,7 +330,8 @@ def test_bad_input_to_the_int8_recipes_says_what_is_wrong(tmp_path, tiny_pretrai
     with pytest.raises(ValueError, match="side must be one of"):
         calibration_feeds(tokenizer, config, "answer")
     feeds = calibration_feeds(tokenizer, config, "passage")
-    assert sum(len(f["input_ids"]) for f in feeds) == 128 and all(f["input_ids"].shape[1] <= config.max_length for f in feeds)
+    # every shipped passage, truncated as encoding truncates them (the longest reach the checkpoint's max_length, 64 here)
+    assert sum(len(f["input_ids"]) for f in feeds) == 128 and max(f["input_ids"].shape[1] for f in feeds) == config.max_length
     assert all((f["attention_mask"][:, :-1] >= f["attention_mask"][:, 1:]).all() for f in feeds)  # right-padded, as encoding feeds them
     with pytest.raises(ValueError, match="QOperator or QDQ"):
         quantize_int8_static(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds, quant_format="QInt8")
