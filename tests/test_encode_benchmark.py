@@ -110,3 +110,21 @@ def test_vectors_are_reused_only_from_the_same_model_setting_and_texts(bench, tm
     bench.run_child("taser", "onnx", str(tmp_path / "taser"), out, args, texts)  # other texts: again
     bench.run_child("taser", "onnx", str(tmp_path / "taser"), out, argparse.Namespace(reuse_vectors=False, batch=64), texts)
     assert len(calls) == 4
+
+
+def test_taser_speed_section_compares_each_backend_with_torch_and_int8_of_the_same_run(bench, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "run_line", lambda args: "From `a command` on a machine.")
+    speeds = {"torch": (20, 200), "onnx_int8": (30, 300), "onnx_int8_static": (33, 360)}
+    speed = [{"setting": s, "passages_per_s": p * f, "questions_per_s": q * f, "peak_rss_gb": 1.0, "load_s": 2.0}
+             for f in (1.0, 0.9, 1.1) for s, (p, q) in speeds.items()]
+    for s in speeds:
+        out = tmp_path / "vectors" / "zero-shot" / "taser" / s
+        out.mkdir(parents=True)
+        np.save(out / "passages.npy", np.array([[1.0, 0.0], [0.0, 1.0]]) + (0.1 if s == "onnx_int8_static" else 0.0))
+    args = type("Args", (), {"work": tmp_path, "rounds": 3, "batch": 64})()
+    text = bench.taser_speed_section(args, {"passages": [1, 2], "qa": [1]}, speed)
+    assert text.startswith(bench.TASER_SPEED + "\n\nFrom `a command` on a machine.")
+    row = next(line for line in text.splitlines() if line.startswith("| `onnx_int8_static`"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1:3] == ["33.0", "360"] and cells[3] == "33.0, 29.7, 36.3"
+    assert cells[5] == "1.65x, 1.80x" and cells[6] == "1.10x, 1.20x" and cells[7] == f"{1.1 / np.sqrt(1.1**2 + 0.1**2):.5f}"

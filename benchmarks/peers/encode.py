@@ -5,10 +5,11 @@ and the accuracy gate that decides what `backend=auto` may pick (issue 35).
     python benchmarks/peers/encode.py               # 3 rounds of every setting, ~70 min on 2 cores
     python benchmarks/peers/encode.py --rounds 1 --limit 256   # a quick look
     python benchmarks/peers/encode.py --accuracy-only          # the gate alone: taser's backends, trained models
+    python benchmarks/peers/encode.py --taser-speed-only       # taser's backends alone, side by side (no peers, no gate)
 
 Speed: the shipped all-MiniLM-L6-v2 (mean pooling, unit vectors) encodes the SQuAD protocol's
-2,141 passages and 1,971 dev questions in every setting: taser's `backend=torch|onnx|onnx_int8`
-and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
+2,141 passages and 1,971 dev questions in every setting: taser's backends (`torch`, `onnx`,
+`onnx_int8`, `onnx_int8_static`, `onnx_int8_qkv`) and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
 O3, onnx int8, openvino, openvino int8, each built with its own helpers, in its own environment).
 Same texts, batch 64, max 256 tokens, the threads each library takes by default (all cores).
 Each setting is its own process (peak memory is its own); a round runs every setting once, and
@@ -43,7 +44,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from common import BASE_TRAIN, ROOT, command_line, machine_line, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
 
-TASER_BACKENDS = ("torch", "onnx", "onnx_int8")
+TASER_BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv")
 PEER_SETTINGS = ("torch", "onnx", "onnx-O3", "onnx-int8", "openvino", "openvino-int8")
 MINILM = {"model_type": "shared", "pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
 TRAINED = {
@@ -52,8 +53,8 @@ TRAINED = {
 }
 GATED_MODELS = ("dpr", "taser")
 GATED_METRICS = ("top-1", "top-20", "nDCG@10")
-SPEED, ACCURACY, NOTES = "## Speed", "## Accuracy and the gate", "## What limits the speed"
-SECTIONS = (SPEED, ACCURACY, NOTES)  # in the file's order; a section this run does not write is kept from the earlier file
+SPEED, TASER_SPEED, ACCURACY, NOTES = "## Speed", "## taser's backends side by side", "## Accuracy and the gate", "## What limits the speed"
+SECTIONS = (SPEED, TASER_SPEED, ACCURACY, NOTES)  # in the file's order; a section this run does not write is kept from the earlier file
 
 
 # -- the data and models --------------------------------------------------------------------------
@@ -298,7 +299,7 @@ def run_line(args) -> str:
 
     machine = machine_line("fp32").removeprefix("Machine: ").rstrip(".")
     return (f"From `{command_line(__file__)}` on {datetime.date.today().isoformat()}: {machine} (CPU capability "
-            f"{torch.backends.cpu.get_cpu_capability()}), encoding in fp32 (onnx_int8: int8 weights), onnxruntime {onnxruntime.__version__}.")
+            f"{torch.backends.cpu.get_cpu_capability()}), encoding in fp32 (the onnx_int8 backends: int8 weights), onnxruntime {onnxruntime.__version__}.")
 
 
 def speed_section(args, prepared: dict, speed: list[dict], versions: str) -> str:
@@ -331,6 +332,30 @@ def speed_section(args, prepared: dict, speed: list[dict], versions: str) -> str
     return (f"{SPEED}\n\n{run_line(args)}\n\n{args.rounds} rounds; {len(prepared['passages'])} passages, {len(prepared['qa'])} questions, "
             f"batch {args.batch}, max {args.max_length} tokens. Peer: {versions}\n\n" + "\n".join(rows + ratio)
             + "\n\nRatios are of medians over rounds; above 1 is taser faster.\n")
+
+
+def taser_speed_section(args, prepared: dict, speed: list[dict]) -> str:
+    """taser's backends alone, each against taser's `torch` and `onnx_int8` of the same run, round by round."""
+    by_setting: dict[str, list[dict]] = {}
+    for r in speed:
+        by_setting.setdefault(r["setting"], []).append(r)
+    medians = {s: (statistics.median(r["passages_per_s"] for r in runs), statistics.median(r["questions_per_s"] for r in runs))
+               for s, runs in by_setting.items()}
+    rows = ["| setting | passages/s (median) | questions/s (median) | per round (passages/s) | per round (questions/s) | vs `torch` "
+            "(passages, questions) | vs `onnx_int8` (passages, questions) | median cosine to `torch` | peak RSS GB | load s |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for setting, runs in by_setting.items():
+        p, q = medians[setting]
+        versus = [f"{p / medians[b][0]:.2f}x, {q / medians[b][1]:.2f}x" if b in medians else "" for b in ("torch", "onnx_int8")]
+        cosine = (median_cosine(args.work / "vectors" / "zero-shot" / "taser" / "torch", args.work / "vectors" / "zero-shot" / "taser" / setting)
+                  if "torch" in medians else float("nan"))
+        per_round = f"{joined(r['passages_per_s'] for r in runs)} | {joined((r['questions_per_s'] for r in runs), '.0f')}"
+        rss, load = statistics.median(r["peak_rss_gb"] for r in runs), statistics.median(r["load_s"] for r in runs)
+        rows.append(f"| `{setting}` | {p:.1f} | {q:.0f} | {per_round} | {versus[0]} | {versus[1]} | {cosine:.5f} | {rss:.2f} | {load:.1f} |")
+    return (f"{TASER_SPEED}\n\n{run_line(args)}\n\n{args.rounds} rounds of taser's backends alone (no peer ran: for the ratio to "
+            f"sentence-transformers, see the speed section's run); the zero-shot MiniLM; {len(prepared['passages'])} passages, "
+            f"{len(prepared['qa'])} questions, batch {args.batch}. Each setting its own process; a round runs every setting once, in "
+            f"the same order. Vectors of the last round.\n\n" + "\n".join(rows) + "\n\nRatios are of medians over rounds.\n")
 
 
 def accuracy_section(args, prepared: dict, acc: dict, verdicts: list) -> str:
@@ -399,7 +424,7 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=256, help="sentence-transformers' max_seq_length (taser's checkpoint says 256 for MiniLM)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N passages and questions (a quick look)")
     ap.add_argument("--taser-backends", nargs="+", default=list(TASER_BACKENDS), choices=TASER_BACKENDS)
-    ap.add_argument("--peer-settings", nargs="+", default=list(PEER_SETTINGS), choices=PEER_SETTINGS)
+    ap.add_argument("--peer-settings", nargs="*", default=list(PEER_SETTINGS), choices=PEER_SETTINGS)
     ap.add_argument("--peer-python", type=Path, default=ROOT / ".venv-peers-fast" / "bin" / "python",
                     help="the environment of sentence-transformers with its onnx and openvino extras (make peers-fast-env)")
     ap.add_argument("--dpr", help="a trained dpr checkpoint for the accuracy gate (default: train one)")
@@ -409,6 +434,9 @@ def main() -> None:
     ap.add_argument("--accuracy-only", action="store_true",
                     help="no speed rounds: encode the trained dpr and taser in taser's backends, judge them with the gate, and keep "
                          "the file's speed section from its own run")
+    ap.add_argument("--taser-speed-only", action="store_true",
+                    help="speed rounds of taser's backends alone (the zero-shot MiniLM; no peers, no trained models, no gate), written to "
+                         "the file's section on taser's backends side by side")
     ap.add_argument("--reuse-vectors", action="store_true",
                     help="reuse a setting's vectors from an earlier run of the same model, setting and texts (their speed is not re-measured)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -419,8 +447,12 @@ def main() -> None:
         args.out = Path(args.out)
         print(json.dumps(taser_child(args)))
         return
+    if args.accuracy_only and args.taser_speed_only:
+        raise SystemExit("--accuracy-only and --taser-speed-only exclude each other")
     if args.accuracy_only:
         args.peer_settings, args.rounds = [], 0
+    if args.taser_speed_only:
+        args.peer_settings = []
     if args.reuse_vectors and args.rounds:
         raise SystemExit("--reuse-vectors is for --accuracy-only: the speed rounds measure every setting afresh")
     if "torch" not in args.taser_backends:
@@ -444,7 +476,7 @@ def main() -> None:
             speed.append(result)
             vectors[("zero-shot", library, setting)] = out
             print(json.dumps(result), flush=True)
-    for name in TRAINED:
+    for name in () if args.taser_speed_only else TRAINED:
         for backend in args.taser_backends:
             out = args.work / "vectors" / name / "taser" / backend
             print(json.dumps({"model": name, **run_child("taser", backend, models[name], out, args, texts)}), flush=True)
@@ -459,9 +491,12 @@ def main() -> None:
         print(v.summary(), flush=True)
     versions = json.dumps(next((r.get("versions") for r in speed if r.get("versions")), {}))
     record = {"speed": speed, "accuracy": {" / ".join(k): v for k, v in acc.items()}, "gate": [v.as_dict() for v in verdicts]}
-    (args.work / "results.json").write_text(json.dumps(record, indent=2))
-    written = {ACCURACY: accuracy_section(args, prepared, acc, verdicts)}
-    if speed:
+    (args.work / ("results-taser-speed.json" if args.taser_speed_only else "results.json")).write_text(json.dumps(record, indent=2))
+    if args.taser_speed_only:
+        written = {TASER_SPEED: taser_speed_section(args, prepared, speed)}
+    else:
+        written = {ACCURACY: accuracy_section(args, prepared, acc, verdicts)}
+    if speed and not args.taser_speed_only:
         written[SPEED] = speed_section(args, prepared, speed, versions)
     print(write_sections(args.out, file_head(), written))
 
