@@ -1,6 +1,6 @@
-"""Where ONNX Runtime spends a passage encoding, per operator type, for taser's `onnx` and
-`onnx_int8` graphs (ONNX Runtime's own profiler), on the protocol's passages in length-sorted
-batches of 64 as `encode_passages` builds them.
+"""Where ONNX Runtime spends a passage encoding, per operator type, for taser's ONNX backends'
+graphs (`--backends`, by default every one; ONNX Runtime's own profiler), on the protocol's
+passages in length-sorted batches of 64 as `encode_passages` builds them.
 
     python benchmarks/peers/profile_onnx.py --checkpoint outputs/bench-encode/models/zero-shot/initial
 """
@@ -58,14 +58,19 @@ def main() -> None:
     ap.add_argument("--passages", type=Path, default=ROOT / "outputs" / "bench-encode" / "data" / "passages.tsv")
     ap.add_argument("--count", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backends", nargs="+", default=None, help="ONNX backends to profile (default: all of taser.models.backends.ONNX_BACKENDS)")
     ap.add_argument("--out", type=Path, default=HERE / "profile_onnx.md")
     args = ap.parse_args()
+    import torch
+
+    from taser.models.backends import ONNX_BACKENDS
     from taser.models.onnx_backend import prepare_graphs
 
     feeds = list(batches(args.checkpoint, args.passages, args.count, 64))
-    lines = [f"# Where ONNX Runtime spends a passage encoding\n\nCommand: `{command_line(__file__)}`\n\n{machine_line()}\n\n"
+    capability = f"CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    lines = [f"# Where ONNX Runtime spends a passage encoding\n\nCommand: `{command_line(__file__)}`\n\n{machine_line('fp32')} {capability}.\n\n"
              f"{args.count} passages, length-sorted batches of 64, {args.threads} threads; share of the kernels' time per operator type.\n"]
-    for backend in ("onnx", "onnx_int8"):
+    for backend in args.backends or ONNX_BACKENDS:
         shares = profile(prepare_graphs(args.checkpoint, backend) / "passage.onnx", feeds, args.threads)
         lines.append(f"\n## `{backend}`\n\n| operator | share of kernel time |\n|---|---|")
         lines += [f"| {op} | {share:.1f}% |" for op, share in list(shares.items())[:12]]
