@@ -47,13 +47,14 @@ BATCH, MAX_LENGTH, GEMM_REPEATS = 16, 256, 20
 
 
 def parse_args() -> argparse.Namespace:
-    from roofline_levers import LEVERS
+    from roofline_levers import LEVERS, REFERENCES
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=None, help="default: outputs/bench-peers")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     ap.add_argument("--isa", choices=["native", *ISA_ENV], default="native")
-    ap.add_argument("--levers", nargs="+", default=list(LEVERS), choices=list(LEVERS))
+    ap.add_argument("--levers", nargs="+", default=list(LEVERS), choices=[*LEVERS, *REFERENCES],
+                    help="default: every lever; the references (dropout off, not equal maths) show what the gap is made of")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6, help="timed batches per round (each run once per lever)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed batches first (each run once per lever)")
@@ -161,22 +162,22 @@ def timed_step(model, optimizer, runner, batch, lever) -> float:
 
 
 def warm(model, optimizer, runner, batches, levers) -> None:
-    from roofline_levers import LEVERS
+    from roofline_levers import SETTINGS
 
     for batch in batches:
         for name in levers:
-            with LEVERS[name](model):
+            with SETTINGS[name](model):
                 one_step(model, optimizer, runner, batch)
 
 
 def profile_levers(args, model, optimizer, runner, batches) -> None:
-    from roofline_levers import LEVERS
+    from roofline_levers import SETTINGS
     from torch.profiler import ProfilerActivity, profile
 
     warm(model, optimizer, runner, batches[:args.warmup], args.levers)
     for name in args.levers:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            seconds = timed_step(model, optimizer, runner, batches[args.warmup], LEVERS[name])
+            seconds = timed_step(model, optimizer, runner, batches[args.warmup], SETTINGS[name])
         print(f"{name}: one step, {seconds:.2f} s profiled")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile), flush=True)
 
@@ -185,7 +186,7 @@ def measure(args) -> dict:
     """The levers in this process (see the module docstring); prints and returns the figures."""
     import torch
     from common import ROOT, machine_line, peak_rss_gb
-    from roofline_levers import LEVERS
+    from roofline_levers import SETTINGS
 
     from taser import huge_pages
     from taser.runtime import resolve_precision
@@ -217,7 +218,7 @@ def measure(args) -> dict:
             # every lever on the same batch, one after another (drift reaches them alike), the
             # order rotated from batch to batch (no lever always follows the GEMM measurement)
             order = args.levers[i % len(args.levers):] + args.levers[:i % len(args.levers)]
-            times = {name: timed_step(model, optimizer, runner, batch, LEVERS[name]) for name in order}
+            times = {name: timed_step(model, optimizer, runner, batch, SETTINGS[name]) for name in order}
             after = gemm_rate(tokens, hidden, ffn, dtype)
             ideal = flops[args.warmup + i] / ((rate + after) / 2)
             for name, t in times.items():
