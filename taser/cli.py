@@ -7,10 +7,6 @@ import logging
 import os
 import sys
 
-from taser import huge_pages
-
-huge_pages.request()  # before torch allocates anything (taser.huge_pages)
-
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
