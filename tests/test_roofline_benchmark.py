@@ -1,0 +1,58 @@
+"""The roofline benchmark's arithmetic (benchmarks/peers/roofline.py): its FLOP count against
+torch's counter, and its "before" attention kernel computing what the library's computes."""
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+from transformers import BertConfig, BertModel
+
+
+def _load(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "peers" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return _load("roofline")
+
+
+def test_useful_flops_by_hand(roofline):
+    # one layer, h=2, f=3, inputs of 1 and 2 tokens: forward 2n(4h^2 + 2hf) + 4n^2h = 56n + 8n^2
+    forward = (56 * 1 + 8 * 1) + (56 * 2 + 8 * 4)
+    assert roofline.useful_flops([1, 2], layers=1, hidden=2, ffn=3) == 3 * forward
+
+
+def test_flop_formula_matches_torch_counter_and_catches_a_wrong_one(roofline, monkeypatch):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=2100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+    encoder = BertModel(config, add_pooling_layer=False).eval()
+    encoder.set_attn_implementation("eager")  # explicit matmuls: the counter sees the attention core
+    roofline.check_flop_count(encoder, config)  # raises SystemExit when they disagree
+    monkeypatch.setattr(roofline, "useful_flops", lambda lengths, layers, hidden, ffn: 1.01 * 3 * sum(
+        layers * (2 * n * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * n * n * hidden) for n in lengths))
+    with pytest.raises(SystemExit, match="disagrees"):
+        roofline.check_flop_count(encoder, config)
+
+
+def test_the_before_kernel_computes_the_library_kernel_function():
+    levers = _load("roofline_levers")
+    from taser.models.attention import ChunkedDropoutAttention
+
+    before = levers._kernel_before()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    outs = [kernel.apply(q, k, v, mask, 0.0, 0.5) for kernel in (before, ChunkedDropoutAttention)]
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-12)
+    grad = torch.randn_like(outs[0])
+    for a, b in zip(torch.autograd.grad(outs[0], (q, k, v), grad), torch.autograd.grad(outs[1], (q, k, v), grad)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
