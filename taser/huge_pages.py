@@ -12,13 +12,17 @@ in the hardware of every run), since it can move speed figures.
 
 from __future__ import annotations
 
+import functools
+
 ENV = "THP_MEM_ALLOC_ENABLE"
 SMALL_PAGE, PROBE_BYTES = 4096, 64 << 20
 
 
+@functools.cache
 def active() -> bool:
     """Whether a fresh large CPU tensor lands on huge pages: 64 MB (above glibc's largest mmap
-    threshold, so mapped afresh) touched once faults 16,384 times on 4 KB pages, 32 on 2 MB pages."""
+    threshold, so mapped afresh) touched once faults 16,384 times on 4 KB pages, 32 on 2 MB pages.
+    Fixed for the life of the process, so probed once."""
     try:
         import resource
     except ImportError:  # not a Unix
