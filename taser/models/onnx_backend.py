@@ -140,7 +140,8 @@ def quantize_int8(source: Path, target: Path, keep_float: list[str] = (), attent
                      nodes_to_exclude=list(keep_float), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
 
 
-# static int8 (`onnx_int8_static`): how its graphs are written, chosen by measurement (docs/encoding.md)
+# static int8 (`onnx_int8_static`): how its graphs are written, chosen by measurement (benchmarks/peers/static_format.py;
+# figures in benchmarks/peers/encode_results.md). Changing it makes other graphs: a new recipe version (RECIPES).
 STATIC_FORMAT = "QOperator"
 CALIBRATION_BATCH = 16
 
