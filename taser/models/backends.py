@@ -30,9 +30,9 @@ class Backend(Choice):
 ONNX_BACKENDS: tuple[str, ...] = ("onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv")  # those run by taser.models.onnx_backend
 
 
-# Speed, from benchmarks/peers/encode_results.md (AMD EPYC, AVX2, fp32, 2 cores; fused graphs, recipes onnx 2 /
-# onnx_int8 3): `onnx` 1.10x torch's passages/s and 1.26x its questions/s, `onnx_int8` 1.31x / 1.38x.
-# Accuracy, from the gate with power in the same file (AMD EPYC, AVX512, fp32 encoding, 2 cores; per-question paired
+# Speed, from benchmarks/peers/encode_results.md (AMD EPYC, AVX512, fp32, 2 cores; fused graphs): `onnx` 1.79x torch's
+# passages/s and 1.57x its questions/s; `onnx_int8` 1.88x / 1.73x, `onnx_int8_static` 1.97x / 1.47x, `onnx_int8_qkv`
+# 1.93x / 1.85x. Accuracy, from the gate with power in the same file (same machine, fp32 encoding; per-question paired
 # tests against torch on a dpr and a taser trained 50 steps, docs/encoding.md "The accuracy gate"): `onnx` passes
 # (every one of the 1,971 questions and 1,953 squad-beir queries ties with torch). No int8 recipe has passed: static
 # int8 failed (taser top-1 -0.76 point), dynamic int8 and int8 QKV are undecided (their top-1 churn, 36-68 questions
