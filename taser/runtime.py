@@ -16,7 +16,6 @@ import platform
 
 import torch
 
-from taser import huge_pages
 from taser.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -85,6 +84,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"
+
+
+@functools.cache
+def huge_page_tensors() -> bool:
+    """Whether this process's large CPU tensors land on transparent huge pages (Linux): PyTorch asks
+    for them when `THP_MEM_ALLOC_ENABLE=1` is in the environment at its first allocation. taser
+    does not set it (measured not to make a training step reliably faster: benchmarks/peers/results.md,
+    "The roofline") but records it, since it moves speed figures. A fresh 64 MB tensor (above glibc's
+    largest mmap threshold, so mapped afresh) touched once faults 16,384 times on 4 KB pages and 32
+    on 2 MB pages; fixed for the life of the process, so probed once."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return False
+    probe_bytes = 64 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    probe = torch.ones(probe_bytes, dtype=torch.uint8)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    del probe
+    return faults < probe_bytes // 4096 // 8
+
+
 def hardware(device: str | torch.device = "auto") -> dict:
     """The facts every recorded figure is quoted with: CPU model and capability, cores, GPU."""
     device = pick_device(device)
@@ -94,7 +116,7 @@ def hardware(device: str | torch.device = "auto") -> dict:
         "cpu_native_bf16": cpu_has_native_bf16(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "huge_page_tensors": huge_pages.active(),
+        "huge_page_tensors": huge_page_tensors(),
         "device": device.type,
         "torch": torch.__version__,
     }

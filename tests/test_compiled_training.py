@@ -67,6 +67,7 @@ def test_bucketing_bounds_compiles_and_keeps_the_loss(tmp_path, tiny_pretrained,
     torch._dynamo.reset()
     model, tokenizer = load_model(tiny_model_cfg(tiny_pretrained, "dpr", dropout=0.0, max_length=64, max_question_length=32))
     eager_model = copy.deepcopy(model)
+    eager_model.unpad = False  # padded as the compiled pass runs: same sums, so near-tied top-1 scores break alike
     model.train(), eager_model.train()
     records = list(BiEncoderJsonFile(str(mini_squad / "train.json")))
     batch_size = 4

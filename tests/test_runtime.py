@@ -179,3 +179,26 @@ def test_explicit_bf16_on_a_gpu_without_it_warns_once(fake_hardware, monkeypatch
         assert resolve_precision("bf16", torch.device("cuda")) == "bf16"
         resolve_precision("bf16", torch.device("cuda"))
     assert [r.message.count("Tesla V100") for r in caplog.records] == [1]
+
+
+def _huge_page_tensors_in_child(env_value: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": env_value}
+    code = "from taser.runtime import huge_page_tensors; print(huge_page_tensors())"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _kernel_lends_huge_pages_on_request() -> bool:
+    try:
+        return "[madvise]" in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _kernel_lends_huge_pages_on_request(), reason="needs a kernel lending transparent huge pages on request (madvise)")
+def test_hardware_records_whether_the_environment_put_tensors_on_huge_pages():
+    assert _huge_page_tensors_in_child("1") == "True"
+    assert _huge_page_tensors_in_child("0") == "False"

@@ -61,7 +61,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="instead of timing: torch.profiler's top ROWS operators of one step per lever")
     ap.add_argument("--huge-pages-pairs", type=int, default=0, metavar="N",
-                    help="compare huge-page tensors off and on (taser.huge_pages) in N pairs of processes")
+                    help="compare huge-page tensors off and on (THP_MEM_ALLOC_ENABLE) in N pairs of processes")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     return ap.parse_args()
 
@@ -188,8 +188,7 @@ def measure(args) -> dict:
     from common import ROOT, machine_line, peak_rss_gb
     from roofline_levers import SETTINGS
 
-    from taser import huge_pages
-    from taser.runtime import resolve_precision
+    from taser.runtime import huge_page_tensors, resolve_precision
 
     precision = resolve_precision(args.precision)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
@@ -200,7 +199,7 @@ def measure(args) -> dict:
     check_flop_count(encoder, hf)
     flops = [useful_flops(lengths_of(b), layers, hidden, ffn) for b in batches]
     tokens = round(statistics.mean(sum(lengths_of(b)) for b in batches))
-    thp = huge_pages.active()
+    thp = huge_page_tensors()
     print(machine_line(args.precision), f"ISA: {args.isa} (torch dispatch: {torch.backends.cpu.get_cpu_capability()}), "
           f"threads {torch.get_num_threads()}, huge-page tensors {'on' if thp else 'off'}", flush=True)
     print(f"step: {len(batches[0].positive_idx)} questions + {len(batches[0].ctx_owner)} passages, {tokens} real tokens on average, "
@@ -251,7 +250,7 @@ def print_table(results: dict, first: str, label: str = "lever") -> None:
 
 
 def compare_huge_pages(args) -> dict:
-    """Huge-page tensors off and on (`taser.huge_pages`), a process-wide setting: pairs of child
+    """Huge-page tensors off and on (`THP_MEM_ALLOC_ENABLE`), a process-wide setting: pairs of child
     processes, each running every lever for `--rounds`; the order within a pair alternates."""
     import tempfile
 

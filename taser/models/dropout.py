@@ -27,6 +27,8 @@ def drop_threshold(p: float) -> int:
 
 def _lanes(shape: torch.Size | tuple[int, ...], device: torch.device | str) -> torch.Tensor:
     """Independent uniform integers in [0, 2**15) of `shape`, four to a 64-bit draw."""
+    if torch.compiler.is_compiling():  # a dtype view breaks the graph: one draw per number there
+        return torch.randint(0, RESOLUTION, tuple(shape), dtype=torch.int16, device=device)
     count = 1
     for size in shape:
         count *= size

@@ -102,7 +102,7 @@ class Trainer:
         self.device = pick_device(cfg.device)
         self.runtime = precision_record(cfg.precision, self.device)
         if self.dist.is_main:
-            log.info("training in %s (precision=%s) on %s; huge-page tensors %s (taser.huge_pages)", self.runtime["precision"], cfg.precision,
+            log.info("training in %s (precision=%s) on %s; huge-page tensors %s", self.runtime["precision"], cfg.precision,
                      describe_hardware(self.device), "on" if self.runtime["hardware"]["huge_page_tensors"] else "off")
         # one schedule batch = one optimizer step: every rank's micro-batches of that step
         step_batch = cfg.batch_size * self.dist.world_size * cfg.grad_accumulation
