@@ -27,8 +27,6 @@ class Backend(Choice):
     onnx_int8_qkv = "onnx_int8_qkv"  # onnx_int8, and the fused attention's QKV projection in int8 (QAttention) (CPU)
 
 
-ONNX_BACKENDS: tuple[str, ...] = ("onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv")  # those run by taser.models.onnx_backend
-
 
 # Speed, from benchmarks/peers/encode_results.md (AMD EPYC, AVX512, fp32, 2 cores; fused graphs): `onnx` 1.79x torch's
 # passages/s and 1.57x its questions/s; `onnx_int8` 1.88x / 1.73x, `onnx_int8_static` 1.97x / 1.47x, `onnx_int8_qkv`
@@ -64,6 +62,7 @@ FAILED_GATE: dict[Backend, str] = {  # backend -> why it has not passed the gate
 RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3),
                                            Backend.onnx_int8_static: ("fused static int8", 1),
                                            Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 1)}
+ONNX_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES)  # those run by taser.models.onnx_backend: every backend with a recipe
 
 
 # what a manifest or an index records of how its vectors were computed (backend_record's keys, and the

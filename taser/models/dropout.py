@@ -14,6 +14,8 @@ random-state replay reproduce them. Off CPU, or in eval mode, `MaskDropout` is `
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -29,9 +31,7 @@ def _lanes(shape: torch.Size | tuple[int, ...], device: torch.device | str) -> t
     """Independent uniform integers in [0, 2**15) of `shape`, four to a 64-bit draw."""
     if torch.compiler.is_compiling():  # a dtype view breaks the graph: one draw per number there
         return torch.randint(0, RESOLUTION, tuple(shape), dtype=torch.int16, device=device)
-    count = 1
-    for size in shape:
-        count *= size
+    count = math.prod(shape)
     words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_()  # 63 uniform bits each
     return words.view(torch.int16)[:count].bitwise_and_(RESOLUTION - 1).view(shape)
 

@@ -92,8 +92,9 @@ class PackedLayout:
         in_order, positions = mask.index_select(0, order).nonzero(as_tuple=True)
         row_ids = order.index_select(0, in_order)
         indices = row_ids * length + positions
+        ordered_lengths = lengths.index_select(0, order)
         starts = torch.empty_like(lengths)
-        starts[order] = torch.cumsum(lengths.index_select(0, order), 0) - lengths.index_select(0, order)
+        starts[order] = torch.cumsum(ordered_lengths, 0) - ordered_lengths
 
         groups, row_base, offset, aligned = [], [0] * batch, 0, True
         for rows in grouped:
