@@ -17,13 +17,13 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from common import BASE_TRAIN, ROOT, machine_line, prepare_squad_with_bm25  # noqa: E402
-from run import BATCH, MAX_LENGTH, SCALE, taser_model, triplets  # noqa: E402
+from run import BATCH, MAX_LENGTH, SCALE, taser_model, triplet_examples, triplets  # noqa: E402
 
 
 def main() -> None:
     import torch
 
-    from taser.training.batching import Example, collate
+    from taser.training.batching import collate
     from taser.training.config import TrainConfig
     from taser.training.loss import contrastive_nll
 
@@ -34,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     data = prepare_squad_with_bm25(args.work)
     rows = triplets(data["train_files"][0], (2 * args.steps + 2) * BATCH, BASE_TRAIN["seed"])
-    batches = [[Example(q, [{"title": "", "text": p}, {"title": "", "text": n}]) for q, p, n in rows[i * BATCH:(i + 1) * BATCH]]
+    batches = [triplet_examples(rows[i * BATCH:(i + 1) * BATCH])
                for i in range(2 * args.steps + 2)]
     models = {}
     for name in ("eager", "compiled"):

@@ -18,14 +18,14 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from common import BASE_TRAIN, ROOT, machine_line, prepare_squad_with_bm25  # noqa: E402
-from run import BATCH, MAX_LENGTH, SCALE, taser_model, triplets  # noqa: E402
+from run import BATCH, MAX_LENGTH, SCALE, taser_model, triplet_examples, triplets  # noqa: E402
 
 
 def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from taser.training.batching import Example, collate
+    from taser.training.batching import collate
     from taser.training.config import TrainConfig
     from taser.training.loss import contrastive_nll
 
@@ -42,7 +42,7 @@ def main() -> None:
     rows = triplets(data["train_files"][0], 4 * BATCH, BASE_TRAIN["seed"])
 
     def batch(i):
-        examples = [Example(q, [{"title": "", "text": p}, {"title": "", "text": n}]) for q, p, n in rows[i * BATCH:(i + 1) * BATCH]]
+        examples = triplet_examples(rows[i * BATCH:(i + 1) * BATCH])
         return collate(examples, tokenizer, MAX_LENGTH, MAX_LENGTH)
 
     def step(b):

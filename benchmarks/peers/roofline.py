@@ -117,10 +117,10 @@ def gemm_rate(tokens: int, hidden: int, ffn: int, dtype) -> float:
 def build(work: Path, precision: str, count: int):
     import torch
     from common import BASE_TRAIN, prepare_squad_with_bm25
-    from run import triplets
+    from run import triplet_examples, triplets
 
     from taser.models.loading import load_model
-    from taser.training.batching import Example, collate
+    from taser.training.batching import collate
     from taser.training.config import TrainConfig
     from taser.training.step import StepRunner
 
@@ -130,7 +130,7 @@ def build(work: Path, precision: str, count: int):
     batches = []
     for i in range(count):
         chunk = rows[i * BATCH:(i + 1) * BATCH]
-        examples = [Example(q, [{"title": "", "text": p}, {"title": "", "text": n}]) for q, p, n in chunk]
+        examples = triplet_examples(chunk)
         batches.append(collate(examples, tokenizer, MAX_LENGTH, MAX_LENGTH))
     torch.manual_seed(BASE_TRAIN["seed"])
     model.train()

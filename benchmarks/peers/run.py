@@ -60,6 +60,13 @@ def triplets(train_file: str, count: int, seed: int) -> list[tuple[str, str, str
     return out
 
 
+def triplet_examples(rows: list[tuple[str, str, str]]):
+    """taser's training examples of (question, positive, hard negative) rows, the positive first."""
+    from taser.training.batching import Example
+
+    return [Example(q, [{"title": "", "text": p}, {"title": "", "text": n}]) for q, p, n in rows]
+
+
 def sentence_transformer():
     from sentence_transformers import SentenceTransformer
 
@@ -83,7 +90,7 @@ def loss_check(data: dict) -> dict:
     import torch
     from sentence_transformers.losses import MultipleNegativesRankingLoss
 
-    from taser.training.batching import Example, collate
+    from taser.training.batching import collate
     from taser.training.config import TrainConfig
     from taser.training.loss import contrastive_nll
 
@@ -96,7 +103,7 @@ def loss_check(data: dict) -> dict:
     for unpad in (False, True):
         model, tokenizer = taser_model(unpad)
         model.eval()
-        examples = [Example(q, [{"title": "", "text": p}, {"title": "", "text": n}]) for q, p, n in batch]
+        examples = triplet_examples(batch)
         b = collate(examples, tokenizer, MAX_LENGTH, MAX_LENGTH)
         with torch.no_grad():
             out = model(b.questions, b.passages)
