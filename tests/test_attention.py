@@ -140,7 +140,7 @@ def test_model_vectors_equal_transformers_sdpa(tiny_pretrained, tokenizer, dropo
 
 
 def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer, monkeypatch):
-    """In training with attention dropout, taser_sdpa runs the chunked kernel on sdpa_mask's mask.
+    """In training with attention dropout, taser_sdpa runs the chunked kernel on sdpa_mask's mask as a bias.
 
     An attention dropout of 1e-9 rounds to a drop threshold of 0: no dropout mask is drawn and
     nothing is dropped, so the result must be SDPA's without dropout."""
@@ -163,7 +163,8 @@ def test_model_chunked_path_equals_transformers_sdpa(tiny_pretrained, tokenizer,
         a = ours.encode(batch["input_ids"], batch["attention_mask"], "passage")
         b = theirs.encode(batch["input_ids"], batch["attention_mask"], "passage")
     assert len(masks) == ours.passage_encoder.config.num_hidden_layers
-    assert all(m.dtype == torch.bool and m.shape[0] == 2 and not m.all() for m in masks)
+    # sdpa_mask's bools reach the kernel as an additive bias of their own shape: 0 attended, -inf not
+    assert all(m.dtype == torch.float32 and m.shape[:2] == (2, 1) and set(m.unique().tolist()) == {0.0, float("-inf")} for m in masks)
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -173,7 +174,8 @@ def test_unknown_attention_is_a_clear_error(tiny_pretrained):
 
 
 def test_keeps_no_float_attention_matrix_for_backward(qkv, padding_mask):
-    """What makes it lean: only q, k, v, the log-normaliser, the bool attention mask and a bool dropout mask are saved."""
+    """What makes it lean: only q, k, v, the log-normaliser, the output, the attention mask (one
+    bias for all heads) and a bool dropout mask are saved: no float matrix per head."""
     saved = []
 
     def pack(t):
@@ -185,5 +187,4 @@ def test_keeps_no_float_attention_matrix_for_backward(qkv, padding_mask):
     per_head_matrices = [(shape, dtype) for shape, dtype in saved if shape == (B, H, L, L)]
     assert per_head_matrices == [((B, H, L, L), torch.bool)]
     float_matrices = [(shape, dtype) for shape, dtype in saved if shape[-2:] == (L, L) and dtype.is_floating_point]
-    assert float_matrices == []
-    assert ((B, 1, L, L), torch.bool) in saved  # the attention mask as given, not a float bias
+    assert float_matrices == [((B, 1, L, L), torch.float64)]  # the attention mask as a bias, not expanded over heads

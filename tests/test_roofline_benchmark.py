@@ -56,3 +56,43 @@ def test_the_before_kernel_computes_the_library_kernel_function():
     grad = torch.randn_like(outs[0])
     for a, b in zip(torch.autograd.grad(outs[0], (q, k, v), grad), torch.autograd.grad(outs[1], (q, k, v), grad)):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_the_masked_fill_code_computes_the_library_function_with_the_same_masks():
+    """`library at e72d41c` (masks by masked_fill / where) against the library (masks by arithmetic):
+    same seed, same dropout masks, same outputs and gradients."""
+    levers = _load("roofline_levers")
+    from taser.models.attention import chunked_dropout_attention
+    from taser.models.dropout import _MaskedDropout
+
+    attend, dropout = levers._masked_fill_code()
+    q, k, v = (torch.randn(2, 3, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i), requires_grad=True) for i in range(3))
+    mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    outs = []
+    for fn in (attend, chunked_dropout_attention):
+        torch.manual_seed(9)
+        outs.append(fn(q, k, v, mask, 0.3))
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-12)
+    grad = torch.randn_like(outs[0])
+    for a, b in zip(torch.autograd.grad(outs[0], (q, k, v), grad), torch.autograd.grad(outs[1], (q, k, v), grad)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    x = torch.randn(5, 7, requires_grad=True)
+    dropped = []
+    for fn in (dropout, _MaskedDropout):
+        torch.manual_seed(4)
+        dropped.append(fn.apply(x, 0.3))
+    assert torch.equal(dropped[0], dropped[1]) and (dropped[0] == 0).any()
+    assert torch.equal(*(torch.autograd.grad(d, x, torch.ones_like(d))[0] for d in dropped))
+
+
+def test_the_masked_fill_lever_swaps_the_code_in_and_back():
+    levers = _load("roofline_levers")
+    import taser.models.attention as attention
+    import taser.models.dropout as dropout
+
+    library = attention.chunked_dropout_attention, dropout._MaskedDropout
+    model = torch.nn.Sequential(torch.nn.Dropout(0.1))
+    with levers.LEVERS["library at e72d41c"](model):
+        assert attention.chunked_dropout_attention is not library[0] and dropout._MaskedDropout is not library[1]
+    assert (attention.chunked_dropout_attention, dropout._MaskedDropout) == library

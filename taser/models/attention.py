@@ -8,10 +8,13 @@ settings that is most of the gap between attention dropout 0.1 and 0 (1.3 GB of 
 
 `ChunkedDropoutAttention` computes the same function a few sequences at a time, so the L x L
 temporaries stay small and in cache, and keeps for backward only q, k, v, the softmax
-log-normaliser, the dropout mask as bools (drawn by `taser.models.dropout.drop_mask`, p rounded
-to a multiple of 2**-15) and the attention mask as given (the (B, 1, L, L)
-bools of `sdpa_mask`, applied to each chunk's scores, never expanded to a float bias); backward
-recomputes the probabilities. Matrix products run in the inputs' dtype (bf16 under autocast),
+log-normaliser, the dropout's keep-mask as bools (drawn by `taser.models.dropout.keep_mask`, p
+rounded to a multiple of 2**-15) and the attention mask as an additive bias of its own shape (the
+(B, 1, L, L) bools of `sdpa_mask` become 0 / -inf once per call, added to each chunk's scores and
+broadcast over the heads, never expanded); backward recomputes the probabilities. Masks are
+applied by arithmetic, not `masked_fill`: on CPU, adding a broadcast bias and multiplying by a
+0/1 byte mask are each about 10x faster than `masked_fill` with a bool mask (`benchmarks/peers/
+results.md`, "The roofline"). Matrix products run in the inputs' dtype (bf16 under autocast),
 the softmax and its gradient in fp32.
 
 The implementation registered as `taser_sdpa` (the default of every taser encoder) is SDPA
@@ -33,7 +36,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from taser.models.config import TASER_SDPA, Attention
-from taser.models.dropout import drop_mask, drop_threshold
+from taser.models.dropout import drop_threshold, keep_mask
 from taser.models.unpad import PACKING_KWARG
 
 __all__ = ["ATTENTION_IMPLEMENTATIONS", "Attention", "ChunkedDropoutAttention", "TASER_SDPA", "chunked_dropout_attention"]
@@ -59,10 +62,18 @@ def _mask_scores(scores: torch.Tensor, mask: torch.Tensor | None, rows: slice) -
     return scores.add_(chunk)
 
 
+def _as_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean keep-mask as an additive mask of the same shape: 0 where attended, -inf elsewhere."""
+    if mask.dtype != torch.bool:
+        return mask.to(dtype)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
 class ChunkedDropoutAttention(torch.autograd.Function):
     """softmax(q k^T * scale, masked) with dropout p, times v; q, k, v are (B, H, L, D).
 
-    `mask`: None, a boolean keep-mask, or an additive float mask in the softmax's dtype.
+    `mask`: None, a boolean keep-mask, or an additive float mask in the softmax's dtype
+    (`chunked_dropout_attention` passes the additive form).
 
     The per-element work on the (L x L) scores is kept to what the function needs: the scale is
     applied to q and the dropout's 1 / (1 - p) to the output (and to the output's gradient), both
@@ -75,7 +86,7 @@ class ChunkedDropoutAttention(torch.autograd.Function):
         keep_scale = 1.0 / (1.0 - p)
         out = torch.empty_like(q)
         lse = torch.empty((*q.shape[:-1], 1), dtype=acc, device=q.device)
-        drop = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=torch.bool, device=q.device) if drop_threshold(p) else None
+        keep = torch.empty((*q.shape[:-1], k.shape[-2]), dtype=torch.bool, device=q.device) if drop_threshold(p) else None
         q_scaled = q * scale
         step = _rows_per_chunk(q, k)
         with torch.autocast(q.device.type, enabled=False):
@@ -91,24 +102,24 @@ class ChunkedDropoutAttention(torch.autograd.Function):
                 total = probs.sum(-1, keepdim=True).clamp_min_(1.0)
                 probs.div_(total)
                 lse[rows] = top.add_(total.log_())
-                if drop is not None:
-                    drop[rows] = chunk_drop = drop_mask(probs.shape, p, q.device)
-                    probs.masked_fill_(chunk_drop, 0.0)
+                if keep is not None:
+                    keep[rows] = chunk_keep = keep_mask(probs.shape, p, q.device)
+                    probs.mul_(chunk_keep.view(torch.uint8))  # probabilities are finite: x * 0 = 0
                 out[rows] = torch.matmul(probs.to(q.dtype), v[rows])
-        if drop is not None:
+        if keep is not None:
             out.mul_(keep_scale)
-        ctx.save_for_backward(q_scaled, k, v, mask, lse, drop, out)
+        ctx.save_for_backward(q_scaled, k, v, mask, lse, keep, out)
         ctx.scale, ctx.keep_scale = scale, keep_scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q_scaled, k, v, mask, lse, drop, out = ctx.saved_tensors
+        q_scaled, k, v, mask, lse, keep, out = ctx.saved_tensors
         scale, keep_scale = ctx.scale, ctx.keep_scale
         grad_out = grad_out.to(q_scaled.dtype)
         acc = lse.dtype
         row_dot = (grad_out.to(acc) * out.to(acc)).sum(-1, keepdim=True)  # sum_j dP_ij P_ij
-        grad_kept = grad_out * keep_scale if drop is not None else grad_out  # the gradient through the 1 / (1 - p)
+        grad_kept = grad_out * keep_scale if keep is not None else grad_out  # the gradient through the 1 / (1 - p)
         grad_q, grad_k, grad_v = torch.empty_like(q_scaled), torch.empty_like(k), torch.empty_like(v)
         step = _rows_per_chunk(q_scaled, k)
         with torch.autocast(q_scaled.device.type, enabled=False):
@@ -118,10 +129,10 @@ class ChunkedDropoutAttention(torch.autograd.Function):
                 probs = scores.sub_(lse[rows]).exp_()
                 grad_probs = torch.matmul(grad_kept[rows], v[rows].transpose(-1, -2)).to(acc)
                 kept = probs
-                if drop is not None:
-                    chunk_drop = drop[rows]
-                    kept = probs.masked_fill(chunk_drop, 0.0)
-                    grad_probs.masked_fill_(chunk_drop, 0.0)
+                if keep is not None:
+                    chunk_keep = keep[rows].view(torch.uint8)
+                    kept = probs * chunk_keep
+                    grad_probs.mul_(chunk_keep)
                 grad_v[rows] = torch.matmul(kept.to(v.dtype).transpose(-1, -2), grad_kept[rows])
                 # softmax backward, P * (dP - row_dot), overwriting probs; its scale goes on grad_q below
                 grad_scores = probs.mul_(grad_probs.sub_(row_dot[rows])).to(q_scaled.dtype)
@@ -139,8 +150,8 @@ def chunked_dropout_attention(
     if k.shape[1] != q.shape[1]:
         raise ValueError("chunked attention needs as many key/value heads as query heads")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if mask is not None and mask.dtype != torch.bool:
-        mask = mask.to(torch.promote_types(q.dtype, torch.float32))  # added to the fp32 scores
+    if mask is not None:
+        mask = _as_bias(mask, torch.promote_types(q.dtype, torch.float32))  # added to the fp32 scores
     # contiguous once here, rather than copied by every chunk's matmul, forward and backward
     q, k, v = (t.contiguous() for t in (q, k, v))
     return ChunkedDropoutAttention.apply(q, k, v, mask, float(dropout), float(scale))

@@ -2,7 +2,9 @@
 
 `nn.Dropout` on CPU draws one float per element (`bernoulli_`), keeps a float mask for backward
 and multiplies twice: 16.6 ms for a [4,400 x 384] activation on 2 cores, where this module's
-`keep_mask` and `torch.where` take 3.6 ms (`benchmarks/peers/roofline.py` measures the step).
+`keep_mask` and `torch.where` took 3.6 ms (`benchmarks/peers/roofline.py` measures the step).
+The mask is applied as a multiplication by its bytes (0 or 1), after the 1 / (1 - p) scale: on
+CPU that is several times faster than `torch.where` or `masked_fill` with the bool mask.
 A 64-bit draw of the global generator (`random_` on int64 gives 63 uniform bits) is read as four
 16-bit lanes, each masked to 15 bits and compared with the threshold round(p * 2**15): the drop
 probability is p rounded to a multiple of 2**-15 (0.1 -> 0.100006), the rule the attention
@@ -53,12 +55,12 @@ class _MaskedDropout(torch.autograd.Function):
         scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return torch.where(keep, x * scale, 0.0)
+        return torch.mul(x, scale).mul_(keep.view(torch.uint8))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (keep,) = ctx.saved_tensors
-        return torch.where(keep, grad * ctx.scale, 0.0), None
+        return torch.mul(grad, ctx.scale).mul_(keep.view(torch.uint8)), None
 
 
 class MaskDropout(nn.Dropout):
