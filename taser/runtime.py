@@ -9,6 +9,7 @@ emulates it, hundreds of times slower than fp32 on an AVX2-only CPU.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
@@ -107,6 +108,47 @@ def huge_page_tensors() -> bool:
     return faults < probe_bytes // 4096 // 8
 
 
+FREED_MEMORY_ENV = "TASER_KEEP_FREED_MEMORY"
+_GLIBC_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+_KEPT_THRESHOLD = 1 << 30
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for reuse rather than hand it back to the kernel
+    (mallopt: mmap threshold and trim threshold 1 GiB); True if it now does.
+
+    A CPU training step frees and allocates activations of a few to ~50 MB (an embedding's
+    gradient is 47 MB for BERT's vocabulary), sized by each batch's token count. By default
+    glibc maps blocks above its threshold afresh (at most 32 MB) and trims the heap's free top,
+    so every step faults its memory back in, page by page, and the kernel zeroes it: 30,000-70,000
+    page faults and 0.2-0.4 s of system time a step at the demo's settings on 2 cores, none once
+    the memory is kept (`benchmarks/peers/results.md`, "The roofline"). The process's resident
+    memory then stays at its peak, which a training run reaches anyway.
+
+    Left alone where the environment already tunes glibc's malloc (`MALLOC_*_` variables,
+    `GLIBC_TUNABLES`), where `TASER_KEEP_FREED_MEMORY=0`, and off glibc (macOS, Windows, musl).
+    Process-wide and not undone, so done once."""
+    if os.environ.get(FREED_MEMORY_ENV, "1") == "0" or any(name in os.environ for name in _GLIBC_MALLOC_ENV):
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    huge_page_tensors()  # probed first: once freed memory is kept, its fresh block may not be fresh
+    kept = bool(mallopt(_M_MMAP_THRESHOLD, _KEPT_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEPT_THRESHOLD))
+    log.debug("glibc malloc keeps freed memory: %s", kept)
+    return kept
+
+
+def freed_memory_kept() -> bool:
+    """Whether `keep_freed_memory` has taken effect in this process (without making it so)."""
+    return keep_freed_memory.cache_info().currsize > 0 and keep_freed_memory()
+
+
 def hardware(device: str | torch.device = "auto") -> dict:
     """The facts every recorded figure is quoted with: CPU model and capability, cores, GPU."""
     device = pick_device(device)
@@ -117,6 +159,7 @@ def hardware(device: str | torch.device = "auto") -> dict:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "huge_page_tensors": huge_page_tensors(),
+        "freed_memory_kept": freed_memory_kept(),
         "device": device.type,
         "torch": torch.__version__,
     }
@@ -191,3 +234,10 @@ def grad_scaler(precision: str, device: torch.device):
 def precision_record(precision: str, device: str | torch.device = "auto") -> dict:
     """What a run writes beside its results: the precision asked for, the one used, the hardware."""
     return {"precision_requested": precision, "precision": resolve_precision(precision, device), "hardware": hardware(device)}
+
+
+def training_record(precision: str, device: torch.device) -> dict:
+    """`precision_record` for a training run, which on a CPU first keeps freed memory (`keep_freed_memory`)."""
+    if device.type == "cpu":
+        keep_freed_memory()
+    return precision_record(precision, device)

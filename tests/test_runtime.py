@@ -3,6 +3,8 @@ faked), the warning for emulated bf16, and that runs record what they resolved."
 
 import json
 import logging
+import os
+import platform
 
 import pytest
 import torch
@@ -115,6 +117,9 @@ def test_training_records_the_resolved_precision(fake_hardware, tmp_path, tiny_p
     summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     assert summary["config"]["precision"] == "auto"
     assert summary["runtime"]["precision"] == "fp32" and summary["runtime"]["hardware"]["cpu_capability"]
+    untuned = not any(k.startswith("MALLOC_") or k in ("GLIBC_TUNABLES", "TASER_KEEP_FREED_MEMORY") for k in os.environ)
+    if platform.libc_ver()[0] == "glibc" and untuned:
+        assert summary["runtime"]["hardware"]["freed_memory_kept"] is True  # the trainer kept freed memory (taser.runtime.training_record)
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert [r["precision"] for r in log] == ["fp32", "fp32"]
     state = torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=False)
@@ -202,3 +207,58 @@ def _kernel_lends_huge_pages_on_request() -> bool:
 def test_hardware_records_whether_the_environment_put_tensors_on_huge_pages():
     assert _huge_page_tensors_in_child("1") == "True"
     assert _huge_page_tensors_in_child("0") == "False"
+
+
+_FAULTS_OF_A_48_MB_BLOCK = """
+import resource, sys, torch
+from taser import runtime
+kept = runtime.training_record("fp32", torch.device("cpu"))["hardware"]["freed_memory_kept"] if sys.argv[1] == "train" else False
+faults = []
+for _ in range(8):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = torch.ones(48 << 20, dtype=torch.uint8)
+    del block
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+# kept, a freed block is reused, though not every time: an aligned request of the same size may
+# not fit the hole it left and grow the heap instead; not kept, every block is mapped afresh
+print(kept, runtime.freed_memory_kept(), min(faults[1:]))
+"""
+
+
+def _child(code: str, *args: str, **env: str) -> list[str]:
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "TASER_KEEP_FREED_MEMORY")}
+    run = subprocess.run([sys.executable, "-c", code, *args], env={**clean, "THP_MEM_ALLOC_ENABLE": "0", **env},
+                         capture_output=True, text=True, check=True)
+    return run.stdout.split()
+
+
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc (mallopt)")
+
+
+@glibc_only
+def test_a_cpu_training_run_keeps_freed_memory_and_reuses_it_without_page_faults():
+    pages = (48 << 20) // 4096
+    kept, recorded, faults = _child(_FAULTS_OF_A_48_MB_BLOCK, "train")
+    _, _, default_faults = _child(_FAULTS_OF_A_48_MB_BLOCK, "no")
+    assert kept == recorded == "True"
+    assert int(faults) < pages // 8
+    if int(default_faults) >= pages // 2:  # not where the kernel backs every fresh block with huge pages
+        assert int(faults) < int(default_faults) // 8
+
+
+@glibc_only
+@pytest.mark.parametrize("env", [{"TASER_KEEP_FREED_MEMORY": "0"}, {"MALLOC_TRIM_THRESHOLD_": str(128 << 10)}])
+def test_keeping_freed_memory_yields_to_the_environment(env):
+    kept, recorded, _ = _child(_FAULTS_OF_A_48_MB_BLOCK, "train", **env)
+    assert kept == recorded == "False"
+
+
+@glibc_only
+def test_kept_memory_does_not_fool_the_huge_page_probe():
+    """The probe counts a fresh block's faults: it runs before freed memory is kept, not after."""
+    code = ("import torch; from taser import runtime; runtime.keep_freed_memory(); "
+            "b = torch.ones(100 << 20, dtype=torch.uint8); del b; print(runtime.huge_page_tensors())")
+    assert _child(code) == ["False"]

@@ -25,6 +25,11 @@ over its batches. The step-rate ratio against the first lever is paired by batch
 `--isa avx2` makes PyTorch, oneDNN and MKL dispatch their AVX2 kernels (ATEN_CPU_CAPABILITY,
 ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS): an AVX2 CPU's code paths on a newer CPU, not an
 AVX2 CPU's memory system or clock; the report says which.
+
+Process-wide settings cannot be switched between steps: `--huge-pages-pairs N` (huge-page tensors,
+`THP_MEM_ALLOC_ENABLE`) and `--freed-memory-pairs N` (glibc keeping freed memory,
+`taser.runtime.keep_freed_memory`, on by default as in a CPU training run) compare each off and on
+in N pairs of child processes, alternating which goes first.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ def parse_args() -> argparse.Namespace:
                     help="instead of timing: torch.profiler's top ROWS operators of one step per lever")
     ap.add_argument("--huge-pages-pairs", type=int, default=0, metavar="N",
                     help="compare huge-page tensors off and on (THP_MEM_ALLOC_ENABLE) in N pairs of processes")
+    ap.add_argument("--freed-memory-pairs", type=int, default=0, metavar="N",
+                    help="compare glibc returning freed memory and keeping it (TASER_KEEP_FREED_MEMORY) in N pairs of processes")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     return ap.parse_args()
 
@@ -188,8 +195,10 @@ def measure(args) -> dict:
     from common import ROOT, machine_line, peak_rss_gb
     from roofline_levers import SETTINGS
 
-    from taser.runtime import huge_page_tensors, resolve_precision
+    from taser.runtime import huge_page_tensors, keep_freed_memory, resolve_precision
 
+    thp = huge_page_tensors()
+    kept = keep_freed_memory()  # as a CPU training run does (taser.runtime.training_record)
     precision = resolve_precision(args.precision)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     model, optimizer, runner, batches = build(args.work or ROOT / "outputs" / "bench-peers", precision, args.warmup + args.steps)
@@ -199,9 +208,9 @@ def measure(args) -> dict:
     check_flop_count(encoder, hf)
     flops = [useful_flops(lengths_of(b), layers, hidden, ffn) for b in batches]
     tokens = round(statistics.mean(sum(lengths_of(b)) for b in batches))
-    thp = huge_page_tensors()
     print(machine_line(args.precision), f"ISA: {args.isa} (torch dispatch: {torch.backends.cpu.get_cpu_capability()}), "
-          f"threads {torch.get_num_threads()}, huge-page tensors {'on' if thp else 'off'}", flush=True)
+          f"threads {torch.get_num_threads()}, huge-page tensors {'on' if thp else 'off'}, freed memory kept {'on' if kept else 'off'}",
+          flush=True)
     print(f"step: {len(batches[0].positive_idx)} questions + {len(batches[0].ctx_owner)} passages, {tokens} real tokens on average, "
           f"{statistics.mean(flops) / 1e9:.0f} GFLOP useful", flush=True)
     if args.profile:
@@ -232,7 +241,7 @@ def measure(args) -> dict:
             print(json.dumps(row), flush=True)
     print_table(results, args.levers[0])
     return {"machine": machine_line(args.precision), "isa": args.isa, "capability": torch.backends.cpu.get_cpu_capability(),
-            "huge_page_tensors": thp, "tokens": tokens, "gflop": statistics.mean(flops) / 1e9, "peak_rss_gb": peak_rss_gb(),
+            "huge_page_tensors": thp, "freed_memory_kept": kept, "tokens": tokens, "gflop": statistics.mean(flops) / 1e9, "peak_rss_gb": peak_rss_gb(),
             "results": results}
 
 
@@ -249,31 +258,42 @@ def print_table(results: dict, first: str, label: str = "lever") -> None:
               f"{statistics.median(x['vs_first'] for x in rows):.3f}x ({ratios}) |")
 
 
-def compare_huge_pages(args) -> dict:
-    """Huge-page tensors off and on (`THP_MEM_ALLOC_ENABLE`), a process-wide setting: pairs of child
-    processes, each running every lever for `--rounds`; the order within a pair alternates."""
+# process-wide settings, compared in pairs of child processes: option -> (environment variable, the record's key, what it is)
+PROCESS_SETTINGS = {
+    "huge_pages_pairs": ("THP_MEM_ALLOC_ENABLE", "huge_page_tensors", "huge-page tensors"),
+    "freed_memory_pairs": ("TASER_KEEP_FREED_MEMORY", "freed_memory_kept", "freed memory kept"),
+}
+
+
+def compare_process_setting(args, option: str) -> dict:
+    """A process-wide setting off and on: pairs of child processes, each running every lever for
+    `--rounds`; the order within a pair alternates. The children get this command without the
+    pairs option."""
     import tempfile
 
-    argv = [a for a in sys.argv[1:]]
-    i = argv.index("--huge-pages-pairs")
-    del argv[i:i + 2]
+    env_name, key, label = PROCESS_SETTINGS[option]
+    pairs = getattr(args, option)
+    flag = "--" + option.replace("_", "-")
+    argv = sys.argv[1:]
+    i = argv.index(flag)
+    argv = argv[:i] + argv[i + 2:]
     children = {"off": [], "on": []}
-    for pair in range(args.huge_pages_pairs):
+    for pair in range(pairs):
         for setting in (("off", "on") if pair % 2 == 0 else ("on", "off")):
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "child.json"
-                env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "1" if setting == "on" else "0"}
+                env = {**os.environ, env_name: "1" if setting == "on" else "0"}
                 subprocess.run([sys.executable, __file__, *argv, "--json", str(out)], env=env, check=True)
                 child = json.loads(out.read_text())
-            if child["huge_page_tensors"] != (setting == "on"):
-                raise SystemExit(f"huge-page tensors asked {setting}, but the child found them {'on' if child['huge_page_tensors'] else 'off'}")
+            if child[key] != (setting == "on"):
+                raise SystemExit(f"{label} asked {setting}, but the child found it {'on' if child[key] else 'off'}")
             children[setting].append(child)
     combined = {}
     for setting, runs in children.items():
         for name in args.levers:
-            combined[f"huge pages {setting}, {name}"] = [row for run in runs for row in run["results"][name]]
+            combined[f"{label} {setting}, {name}"] = [row for run in runs for row in run["results"][name]]
     peaks = "; ".join(f"{k} " + ", ".join(f"{c['peak_rss_gb']:.2f}" for c in v) for k, v in children.items())
-    print(f"\nhuge-page tensors off and on, {args.huge_pages_pairs} pairs of processes; peak RSS GB: {peaks}")
+    print(f"\n{label} off and on, {pairs} pairs of processes; peak RSS GB: {peaks}")
     print_table(combined, args.levers[0], "setting")
     return {"machine": children["on"][0]["machine"], "children": children}
 
@@ -284,7 +304,8 @@ def main() -> None:
         os.environ[key] = value  # before torch loads: its dispatch reads them once
     from common import command_line
 
-    figures = compare_huge_pages(args) if args.huge_pages_pairs else measure(args)
+    option = next((o for o in PROCESS_SETTINGS if getattr(args, o)), None)
+    figures = compare_process_setting(args, option) if option else measure(args)
     print(f"\n{command_line(__file__)}")
     if args.json and figures:
         args.json.write_text(json.dumps(figures, indent=1))

@@ -30,7 +30,7 @@ from taser.reader.loss import reader_loss
 from taser.reader.model import Reader
 from taser.reader.optim import reader_param_groups
 from taser.reader.selection import DevSelection
-from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device, precision_record
+from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device, training_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.grad_norms import clip_gradients
@@ -56,7 +56,7 @@ class ReaderTrainer:
         self.out = Path(output_dir)
         self.dist = dist_info or DistInfo()
         self.device = pick_device(cfg.device)
-        self.runtime = precision_record(cfg.precision, self.device)
+        self.runtime = training_record(cfg.precision, self.device)
         self.precision = self.runtime["precision"]
         mc = model.config
         self.sampler = StepSampler(data.questions, tokenizer, cfg.batch_size, cfg.passages, cfg.max_answers, mc.max_length,

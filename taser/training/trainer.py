@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from taser.io import atomic_open
 from taser.models.taser_config import TaserConfig
 from taser.progress import progress
-from taser.runtime import describe_hardware, grad_scaler, launcher_local_rank, pick_device, precision_record
+from taser.runtime import describe_hardware, grad_scaler, launcher_local_rank, pick_device, training_record
 from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
 from taser.training.distributed import DistInfo, data_parallel
@@ -100,10 +100,11 @@ class Trainer:
         self.dist = dist_info or DistInfo()
         self.on_step = on_step
         self.device = pick_device(cfg.device)
-        self.runtime = precision_record(cfg.precision, self.device)
+        self.runtime = training_record(cfg.precision, self.device)
         if self.dist.is_main:
-            log.info("training in %s (precision=%s) on %s; huge-page tensors %s", self.runtime["precision"], cfg.precision,
-                     describe_hardware(self.device), "on" if self.runtime["hardware"]["huge_page_tensors"] else "off")
+            hw = self.runtime["hardware"]
+            log.info("training in %s (precision=%s) on %s; huge-page tensors %s, freed memory kept %s", self.runtime["precision"],
+                     cfg.precision, describe_hardware(self.device), *("on" if hw[k] else "off" for k in ("huge_page_tensors", "freed_memory_kept")))
         # one schedule batch = one optimizer step: every rank's micro-batches of that step
         step_batch = cfg.batch_size * self.dist.world_size * cfg.grad_accumulation
         self.schedule = MultiSetSchedule([len(s) for s in self.train_sets], step_batch, cfg.seed, cfg.sampling_rates)
