@@ -96,3 +96,13 @@ def test_the_masked_fill_lever_swaps_the_code_in_and_back():
     with levers.LEVERS["library at e72d41c"](model):
         assert attention.chunked_dropout_attention is not library[0] and dropout._MaskedDropout is not library[1]
     assert (attention.chunked_dropout_attention, dropout._MaskedDropout) == library
+
+
+def test_attention_kernels_benchmark_runs_and_times_the_three_settings():
+    import subprocess
+
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "peers" / "attention_kernels.py"), "--shape", "2", "2", "12", "4", "--rounds", "2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| taser") or line.startswith("| torch")]
+    assert [row.split(" | ")[0] for row in rows] == ["| taser chunked, dropout", "| torch math, dropout", "| torch SDPA, no dropout"]
+    assert rows[0].endswith("| 1.00x |")
