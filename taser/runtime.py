@@ -121,11 +121,12 @@ def keep_freed_memory() -> bool:
 
     A CPU training step frees and allocates activations of a few to ~50 MB (an embedding's
     gradient is 47 MB for BERT's vocabulary), sized by each batch's token count. By default
-    glibc maps blocks above its threshold afresh (at most 32 MB) and trims the heap's free top,
-    so every step faults its memory back in, page by page, and the kernel zeroes it: 30,000-70,000
-    page faults and 0.2-0.4 s of system time a step at the demo's settings on 2 cores, none once
-    the memory is kept (`benchmarks/peers/results.md`, "The roofline"). The process's resident
-    memory then stays at its peak, which a training run reaches anyway.
+    glibc maps blocks above its mmap threshold (which rises to 32 MB at most) afresh and trims the
+    heap's free top, so every step faults its memory back in, page by page, and the kernel zeroes
+    it: 25,000-50,000 page faults and 0.16-0.33 s of system time a step at the demo's settings on 2
+    cores (fp32), a few to a few thousand once the memory is kept; the `Trainer`'s steps ran 1.055x
+    faster at the median of 7 pairs of processes (`benchmarks/peers/results.md`, "The roofline").
+    The process's resident memory then stays at its peak, which a training run reaches anyway.
 
     Left alone where the environment already tunes glibc's malloc (`MALLOC_*_` variables,
     `GLIBC_TUNABLES`), where `TASER_KEEP_FREED_MEMORY=0`, and off glibc (macOS, Windows, musl).
