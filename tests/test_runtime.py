@@ -186,14 +186,19 @@ def test_explicit_bf16_on_a_gpu_without_it_warns_once(fake_hardware, monkeypatch
     assert [r.message.count("Tesla V100") for r in caplog.records] == [1]
 
 
-def _huge_page_tensors_in_child(env_value: str) -> str:
-    import os
+def _child(code: str, *args: str, **env: str) -> list[str]:
+    """Run `code` in a fresh Python (glibc's malloc untuned, huge-page tensors off unless `env`
+    says otherwise); its printed words."""
     import subprocess
     import sys
 
-    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": env_value}
-    code = "from taser.runtime import huge_page_tensors; print(huge_page_tensors())"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "TASER_KEEP_FREED_MEMORY")}
+    run = subprocess.run([sys.executable, "-c", code, *args], env={**clean, "THP_MEM_ALLOC_ENABLE": "0", **env},
+                         capture_output=True, text=True, check=True)
+    return run.stdout.split()
+
+
+_HUGE_PAGE_PROBE = "from taser.runtime import huge_page_tensors; print(huge_page_tensors())"
 
 
 def _kernel_lends_huge_pages_on_request() -> bool:
@@ -205,8 +210,8 @@ def _kernel_lends_huge_pages_on_request() -> bool:
 
 @pytest.mark.skipif(not _kernel_lends_huge_pages_on_request(), reason="needs a kernel lending transparent huge pages on request (madvise)")
 def test_hardware_records_whether_the_environment_put_tensors_on_huge_pages():
-    assert _huge_page_tensors_in_child("1") == "True"
-    assert _huge_page_tensors_in_child("0") == "False"
+    assert _child(_HUGE_PAGE_PROBE, THP_MEM_ALLOC_ENABLE="1") == ["True"]
+    assert _child(_HUGE_PAGE_PROBE, THP_MEM_ALLOC_ENABLE="0") == ["False"]
 
 
 _FAULTS_OF_A_48_MB_BLOCK = """
@@ -223,16 +228,6 @@ for _ in range(8):
 # not fit the hole it left and grow the heap instead; not kept, every block is mapped afresh
 print(kept, runtime.freed_memory_kept(), min(faults[1:]))
 """
-
-
-def _child(code: str, *args: str, **env: str) -> list[str]:
-    import subprocess
-    import sys
-
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "TASER_KEEP_FREED_MEMORY")}
-    run = subprocess.run([sys.executable, "-c", code, *args], env={**clean, "THP_MEM_ALLOC_ENABLE": "0", **env},
-                         capture_output=True, text=True, check=True)
-    return run.stdout.split()
 
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc (mallopt)")
@@ -261,5 +256,4 @@ def test_kept_memory_does_not_fool_the_huge_page_probe():
     """The probe counts a fresh block's faults: it runs before freed memory is kept, not after."""
     code = ("import torch; from taser import runtime; runtime.keep_freed_memory(); "
             "b = torch.ones(100 << 20, dtype=torch.uint8); del b; print(runtime.huge_page_tensors())")
-    alone = "from taser import runtime; print(runtime.huge_page_tensors())"
-    assert _child(code) == _child(alone)  # "False" where the kernel lends huge pages only on request
+    assert _child(code) == _child(_HUGE_PAGE_PROBE)  # "False" where the kernel lends huge pages only on request

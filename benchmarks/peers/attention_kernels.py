@@ -33,8 +33,7 @@ sys.path.insert(0, str(HERE))
 from roofline import ISA_ENV  # noqa: E402
 
 
-def settings(p: float):
-    import torch
+def settings(p: float) -> dict:
     import torch.nn.functional as F
 
     from taser.models.attention import chunked_dropout_attention
@@ -47,7 +46,7 @@ def settings(p: float):
         "taser chunked, dropout": lambda q, k, v, mask: chunked_dropout_attention(q, k, v, mask, p),
         "torch math, dropout": math,
         "torch SDPA, no dropout": lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-    }, torch
+    }
 
 
 def main() -> None:
@@ -58,13 +57,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=12)
     args = ap.parse_args()
     os.environ.update(ISA_ENV.get(args.isa, {}))  # before torch loads
+    import torch
     from common import command_line, machine_line
     from roofline import gemm_rate
 
     from taser.runtime import keep_freed_memory
 
     keep_freed_memory()  # as in CPU training
-    kernels, torch = settings(args.dropout)
+    kernels = settings(args.dropout)
     b, h, length, d = args.shape
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(b, h, length, d, generator=gen, requires_grad=True) for _ in range(3))

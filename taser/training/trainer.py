@@ -104,7 +104,7 @@ class Trainer:
         if self.dist.is_main:
             hw = self.runtime["hardware"]
             log.info("training in %s (precision=%s) on %s; huge-page tensors %s, freed memory kept %s", self.runtime["precision"],
-                     cfg.precision, describe_hardware(self.device), *("on" if hw[k] else "off" for k in ("huge_page_tensors", "freed_memory_kept")))
+                     cfg.precision, describe_hardware(self.device), hw["huge_page_tensors"], hw["freed_memory_kept"])
         # one schedule batch = one optimizer step: every rank's micro-batches of that step
         step_batch = cfg.batch_size * self.dist.world_size * cfg.grad_accumulation
         self.schedule = MultiSetSchedule([len(s) for s in self.train_sets], step_batch, cfg.seed, cfg.sampling_rates)
