@@ -10,8 +10,23 @@ import sys
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def setup_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    """Log to stderr, and keep the log files already attached (Hydra's `<job dir>/<script>.log`,
+    which then holds the job's lines too)."""
+    root = logging.getLogger()
+    formatter = logging.Formatter(LOG_FORMAT)
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            handler.setFormatter(formatter)
+        else:
+            root.removeHandler(handler)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(formatter)
+    root.addHandler(stderr)
+    root.setLevel(level)
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 

@@ -124,7 +124,7 @@ def test_stage_keys_follow_what_matters():
     base = stage_key("train", {"lr": 1e-5, "seed": 1}, {"data": "x"})
     assert base == stage_key("train", {"seed": 1, "lr": 1e-5}, {"data": "x"})  # order does not matter
     assert len({base, stage_key("train", {"lr": 2e-5, "seed": 1}, {"data": "x"}), stage_key("train", {"lr": 1e-5, "seed": 2}, {"data": "x"}),
-                stage_key("train", {"lr": 1e-5, "seed": 1}, {"data": "y"}), stage_key("index", {"lr": 1e-5, "seed": 1}, {"data": "x"})}) == 5
+                stage_key("train", {"lr": 1e-5, "seed": 1}, {"data": "y"}), stage_key("dense-index", {"lr": 1e-5, "seed": 1}, {"data": "x"})}) == 5
 
 
 def test_the_training_key_ignores_where_and_how_loudly(squad4, tiny_pretrained, tmp_path):
@@ -204,13 +204,13 @@ def test_a_half_built_stage_is_not_taken_as_done_and_a_lock_of_a_dead_process_is
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        store.run("x", {"a": 1}, {}, fails)
-    key = stage_key("x", {"a": 1}, {})
+        store.run("squad", {"a": 1}, {}, fails)
+    key = stage_key("squad", {"a": 1}, {})
     assert not store.done(key) and (store.dir(key) / "half.txt").is_file()
     (tmp_path / f"{key}.lock").write_text(json.dumps({"host": os.uname().nodename, "pid": 2**22 + 12345, "since": 0}))  # a dead process's
-    stage = store.run("x", {"a": 1}, {}, lambda d: calls.append(d))
+    stage = store.run("squad", {"a": 1}, {}, lambda d: calls.append(d))
     assert stage.built and len(calls) == 2 and (stage.dir / DONE_FILE).is_file() and not (tmp_path / f"{key}.lock").exists()
-    assert not store.run("x", {"a": 1}, {}, lambda d: calls.append(d)).built and len(calls) == 2
+    assert not store.run("squad", {"a": 1}, {}, lambda d: calls.append(d)).built and len(calls) == 2
 
 
 KILLER = '''

@@ -148,11 +148,15 @@ def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | No
 
 def reference_table(runs: Sequence[RunResult]) -> str:
     """Each table row's figures as its paper reports them (results.json's `reference`, written by
-    scripts/experiment.py from the table's config) beside the mean over this system's seeds."""
+    scripts/experiment.py from the table's config) beside the mean over this system's seeds; where
+    some system has figures, the others are listed as not reported."""
     rows = []
+    any_reference = any(r.reference for r in runs)
     for system in _in_order(r.system for r in runs):
         mine = [r for r in runs if r.system == system]
         reference = next((r.reference for r in mine if r.reference), {})
+        if not reference and any_reference:
+            rows.append(f"| {system} | {mine[0].dataset} | – | not reported | – ({len(mine)} run(s)) | – |")
         for name, paper in reference.items():
             k = name.removeprefix("top")
             reached = [r.top_k[k] for r in mine if k in r.top_k]

@@ -38,6 +38,7 @@ from taser.evaluation.runs import (
     find_results,
     read_run,
     read_runs,
+    report_ks,
     system_name,
 )
 from taser.evaluation.table_format import SIGNIFICANT, _columns, _fmt_params, _in_order, _number, _seed_means
@@ -160,13 +161,14 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     return text
 
 
-def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequence[int | str] = (20, 100),
+def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequence[int | str] | None = None,
                  beir_metrics: Sequence[str] = ("nDCG@10",), title: str = "Retrieval results", stats: StatsSettings | None = None,
                  inspect: Sequence[str] = (), inspect_k: int = 20) -> dict:
     """`out_dir/report.md` and a `topk-<dataset>.png` per dataset with curves; returns
     {"report": path, "plots": {dataset: path}, "markdown": text, "comparison": the statistics}.
     The statistics are computed first (a bad baseline stops before any file is written), then the
     plots, the markdown last."""
+    ks = report_ks(runs) if ks is None else ks  # None: the columns the runs' table asks for
     if not runs:
         raise ValueError("no runs to report")
     comparison = _table_stats(runs, ks, beir_metrics, stats)[1]

@@ -43,6 +43,7 @@ class RunResult:
     seed: int | None = None  # the checkpoint's training seed (None: BM25, zero-shot, an imported model)
     per_query: list[dict] | None = None  # the evaluation's per-question outcomes (taser.evaluation.per_query), when written
     reference: dict[str, float] = field(default_factory=dict)  # a table row's figures from its paper ({"top20": 78.4}; scripts/experiment.py)
+    report_ks: list[int] | None = None  # the top-k columns its table reports (scripts/experiment.py), when it belongs to one
     outcomes_cache: dict = field(default_factory=dict, repr=False, compare=False)  # metric -> its per-question outcomes (comparison.run_outcomes)
 
 
@@ -118,6 +119,10 @@ def read_run(path: str | os.PathLike) -> RunResult:
     if not isinstance(reference, dict) or not all(v is None or isinstance(v, (int, float)) for v in reference.values()):
         raise DataFormatError(path, "field 'reference'", f"expected an object of figures, got {reference!r}")
     run.reference = {str(k): float(v) for k, v in reference.items() if v is not None}
+    report_ks = results.get("report_ks")
+    if report_ks is not None and (not isinstance(report_ks, list) or not all(isinstance(k, int) and k >= 1 for k in report_ks)):
+        raise DataFormatError(path, "field 'report_ks'", f"expected a list of integers >= 1, got {report_ks!r}")
+    run.report_ks = report_ks
     per_query = path.parent / str(results.get("per_query_file") or PER_QUERY_FILE)
     if per_query.is_file():
         run.per_query = read_per_query(per_query)
@@ -145,6 +150,17 @@ def _walk(directory: Path) -> list[Path]:
     if (directory / RESULTS_FILE).is_file():
         return [directory / RESULTS_FILE]
     return [f for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")) for f in _walk(sub)]
+
+
+DEFAULT_REPORT_KS = [20, 100]
+
+
+def report_ks(runs: Iterable[RunResult]) -> list[int]:
+    """The top-k columns the runs' tables ask for (in order, each once), else DPR's top-20 and top-100."""
+    ks = []
+    for run in runs:
+        ks += [k for k in run.report_ks or [] if k not in ks]
+    return ks or list(DEFAULT_REPORT_KS)
 
 
 def read_runs(paths: Iterable[str | os.PathLike]) -> list[RunResult]:

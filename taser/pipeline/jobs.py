@@ -179,7 +179,7 @@ class EvaluateJob:
 class ReportJob:
     runs: list[str] = MISSING  # results.json files, or directories searched for them
     out_dir: str = "outputs/report"
-    ks: list[int] = field(default_factory=lambda: [20, 100])  # top-k columns of QA and EntityQuestions datasets
+    ks: list[int] | None = None  # top-k columns of QA and EntityQuestions datasets (None: the runs' table's report_ks, else [20, 100])
     beir_metrics: list[str] = field(default_factory=lambda: ["nDCG@10"])  # columns of BEIR datasets
     title: str = "Retrieval results"
     baseline: str | None = None  # a system's name: every other system is tested against it on the per-question outcomes (marked †)
@@ -195,7 +195,7 @@ class ReportJob:
         self.stats_settings()  # alpha and resamples checked here
         if not self.runs:
             raise ValueError("runs=[...] needs at least one results.json file or directory")
-        if any(k < 1 for k in self.ks):
+        if self.ks is not None and any(k < 1 for k in self.ks):
             raise ValueError(f"ks must be >= 1, got {list(self.ks)}")
         check_beir_metrics(self.beir_metrics)
 

@@ -22,16 +22,14 @@ from pathlib import Path
 from taser.evaluation.per_query import PER_QUERY_FILE
 from taser.evaluation.runs import RESULTS_FILE
 from taser.io import atomic_open
-from taser.pipeline.stages import Stage, StageStore, file_identity
+from taser.pipeline.stage_settings import model_key, train_key
+from taser.pipeline.stages import Stage, StageStore, code_commit, file_identity
 from taser.pipeline.table import DataKind, ExperimentJob, Negatives, RowKind, RowSpec, TableSpec
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT_FILE = "experiment.json"
 RETRIEVAL_DIR, READER_DIR = "retrieval", "reader"  # under the job's directory: each holds a results.json and per_query.jsonl
-# training settings that do not change the trained weights: left out of the training stage's key
-NOT_IN_TRAIN_KEY = ("progress", "log_every", "save_every", "resume", "tensorboard", "loader_workers", "device", "name", "eval_every",
-                    "val_max_questions", "val_batch_size")
 
 
 class MissingData(FileNotFoundError):
@@ -39,13 +37,22 @@ class MissingData(FileNotFoundError):
 
 
 class RowRun:
-    """The stages of one (table, row, seed), in a store; each method returns its stage."""
+    """The stages of one (table, row, seed), in a store; each method returns its stage. With a
+    `PlannedStore` nothing is built and files are named, not read: the table's stage graph."""
 
     def __init__(self, job: ExperimentJob, store: StageStore | None = None):
         self.job, self.table = job, job.table
         self.store = store or StageStore(job.stages_dir)
         self.stages: list[tuple[str, Stage]] = []
         self._data: dict | None = None
+        self._train_files: dict[tuple[str, int], tuple[list[str], list]] = {}
+
+    def identity(self, path: Path) -> dict:
+        """A file's identity in a key: its content (`file_identity`), or its name when only planning."""
+        if self.store.planned:
+            root = Path(self.table.data.data_dir)
+            return {"file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name}
+        return file_identity(path)
 
     def _run(self, label: str, kind: str, settings: dict, inputs: dict, build) -> Stage:
         stage = self.store.run(kind, settings, inputs, build)
@@ -60,7 +67,7 @@ class RowRun:
             return self._data
         spec = self.table.data
         if spec.kind == DataKind.squad:
-            squad = file_identity(spec.squad_json)
+            squad = self.identity(Path(spec.squad_json))
             from taser.data.squad import convert_squad
 
             stage = self._run("data", "squad", {"train_articles": spec.train_articles}, {"squad": squad},
@@ -70,7 +77,7 @@ class RowRun:
             root = Path(spec.data_dir)
             files = {"passages": root / spec.passages, "train_files": [root / f for f in spec.train_files], "qa_file": root / spec.qa_file}
             missing = [p for p in [files["passages"], files["qa_file"], *files["train_files"]] if not p.is_file()]
-            if missing:
+            if missing and not self.store.planned:
                 raise MissingData(f"table {self.table.name} needs {', '.join(map(str, missing))}: fetch them with "
                                   f"python scripts/download.py {' '.join('resource=' + r for r in spec.resources) or 'resource=<name>'} "
                                   f"data_dir={spec.data_dir}")
@@ -78,10 +85,19 @@ class RowRun:
             from taser.data.qa import read_qa, write_qa
 
             source = files["qa_file"]
-            stage = self._run("questions", "qa-subset", {"first": spec.limit_questions}, {"qa": file_identity(source)},
+            stage = self._run("questions", "qa-subset", {"first": spec.limit_questions}, {"qa": self.identity(source)},
                               lambda d: write_qa(d / "questions.qa.tsv", list(read_qa(source))[: spec.limit_questions]))
             files["qa_file"] = stage.dir / "questions.qa.tsv"
-        self._data = {**files, "ids": {"passages": file_identity(files["passages"]), "qa": file_identity(files["qa_file"])}}
+        if spec.limit_passages:
+            from itertools import islice
+
+            from taser.data.passages import read_passages, write_passages
+
+            source = files["passages"]
+            stage = self._run("passages", "passages-subset", {"first": spec.limit_passages}, {"passages": self.identity(source)},
+                              lambda d: write_passages(d / "passages.tsv", islice(read_passages(source), spec.limit_passages)))
+            files["passages"] = stage.dir / "passages.tsv"
+        self._data = {**files, "ids": {"passages": self.identity(files["passages"]), "qa": self.identity(files["qa_file"])}}
         return self._data
 
     # -- BM25 ----------------------------------------------------------------------------
@@ -100,16 +116,21 @@ class RowRun:
     # -- training ------------------------------------------------------------------------
     def train_files(self, row: RowSpec, seed: int) -> tuple[list[str], list]:
         """The row's training files and their identities: mined negatives when the row asks for them."""
+        if (row.name, seed) not in self._train_files:
+            self._train_files[row.name, seed] = self._mined_or_given(row, seed)
+        return self._train_files[row.name, seed]
+
+    def _mined_or_given(self, row: RowSpec, seed: int) -> tuple[list[str], list]:
         from taser.pipeline.mine import mine_negatives
 
         data, ev = self.data(), self.table.evaluate
         sources = [Path(self.table.data.data_dir) / f for f in row.train_files] if row.train_files else data["train_files"]
         if row.negatives == Negatives.given:
-            return [str(p) for p in sources], [file_identity(p) for p in sources]
+            return [str(p) for p in sources], [self.identity(p) for p in sources]
         files, ids = [], []
         for source in sources:
             mine = {"top_n": ev.mine_top_n, "negatives": ev.mine_negatives, "match": ev.match}
-            inputs = {"train": file_identity(source), "passages": data["ids"]["passages"]}
+            inputs = {"train": self.identity(source), "passages": data["ids"]["passages"]}
             if row.negatives == Negatives.bm25:
                 bm25 = self.bm25()
                 inputs["bm25"] = bm25["_key"]
@@ -137,17 +158,14 @@ class RowRun:
     def trained(self, row: RowSpec, seed: int) -> Stage:
         """The row's trained model at `seed` (resumed from its last checkpoint after a kill)."""
         from taser.pipeline.train import run_training
-        from taser.runtime import resolve_precision
-        from taser.training.config import TrainConfig
 
         files, ids = self.train_files(row, seed)
         model, train = self.model_settings(row), self.train_settings(row, seed)
-        cfg = TrainConfig.from_value(train)
-        key_settings = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_TRAIN_KEY}
-        key_settings["precision"] = resolve_precision(str(cfg.precision), cfg.device)  # auto: what this machine trains in
         run = {**train, "resume": True, "progress": self.job.progress}
         processes = self.processes()
-        key_settings["world_size"] = processes  # the global batch is batch_size x processes
+        canonical_model = model_key(model)
+        key_settings = train_key(train, canonical_model, processes, threads=not self.store.planned)
+        self._warn_if_other_batch(row, key_settings["global_batch"], processes)
 
         def build(d: Path) -> None:
             if processes > 1:
@@ -156,11 +174,21 @@ class RowRun:
                 run_training(model, files, run, d)
             shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
-        return self._run(f"train {row.name}", "train", {"model": model, "train": key_settings}, {"train_files": ids}, build)
+        return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build)
+
+    def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
+        documented = {**self.table.train, **row.train}
+        expected = int(documented.get("batch_size", 16)) * self.table.processes * int(documented.get("grad_accumulation", 1))
+        if global_batch != expected and not self.store.planned:
+            log.warning("table %s, row %s is documented for a global batch of %d questions (%d processes); this job trains on %d "
+                        "process(es): %d questions per step, another recipe than the table's (its own stages)", self.table.name, row.name,
+                        expected, self.table.processes, processes, global_batch)
 
     def processes(self) -> int:
         if self.job.processes is not None:
             return self.job.processes
+        if self.store.planned:
+            return self.table.processes
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() and torch.cuda.device_count() > 1 else 1
@@ -169,7 +197,7 @@ class RowRun:
         from taser.pipeline.experiment import save_initial
 
         model = self.model_settings(row)
-        return self._run(f"initial {row.name}", "initial", {"model": model}, {}, lambda d: save_initial(model, d))
+        return self._run(f"initial {row.name}", "initial", {"model": model_key(model)}, {}, lambda d: save_initial(model, d))
 
     def checkpoint(self, row: RowSpec, seed: int) -> tuple[Stage, str]:
         if row.kind == RowKind.zero_shot:
@@ -212,8 +240,10 @@ class RowRun:
         if row.kind == RowKind.hybrid:
             bm25 = self.bm25()
             inputs["bm25"] = bm25.pop("_key")
+            settings["candidates"] = row.candidates or ev.k
             return self._run("evaluate", "evaluate", settings, inputs,
-                             lambda d: evaluate_hybrid(checkpoint, index.dir / "index", out_dir=d, bm25=bm25, **dense, **common))
+                             lambda d: evaluate_hybrid(checkpoint, index.dir / "index", out_dir=d, bm25=bm25, candidates=settings["candidates"],
+                                                       **dense, **common))
         return self._run("evaluate", "evaluate", settings, inputs, lambda d: evaluate_dense(checkpoint, index.dir / "index", out_dir=d, **dense, **common))
 
 
@@ -242,14 +272,14 @@ def read_stage(run: RowRun, evaluated: Stage) -> Stage:
 
     settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": table.evaluate.match,
                 "precision": resolve_precision(spec.precision, spec.device)}
-    inputs = {"reader": file_identity(Path(spec.reader) / "model.safetensors"), "retrieval": evaluated.key}
+    inputs = {"reader": run.identity(Path(spec.reader) / "model.safetensors"), "retrieval": evaluated.key}
     job = lambda d: read(ReadJob(checkpoint=spec.reader, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
                                  match=table.evaluate.match, max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
                                  precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=table.data.dataset))
     return run._run("read", "read", settings, inputs, job)
 
 
-def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None) -> None:
+def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None, report_ks: list[int] | None = None) -> None:
     """A stage's results.json and per_query.jsonl copied into `out` (per_query first: results.json marks it whole)."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(stage_dir / PER_QUERY_FILE, out / f".{PER_QUERY_FILE}.tmp")
@@ -260,18 +290,12 @@ def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed
         (out / ".retrieval.json.tmp").replace(out / "retrieval.json")
     if reference is not None:
         results["reference"] = reference  # the paper's figures for this row, beside what it reached
+    if report_ks is not None:
+        results["report_ks"] = list(report_ks)  # the table's report columns (scripts/report.py's default)
     if row_seed is not None and results.get("seed") != row_seed:  # a reading of the row at this seed: its seeds group as the row's do
         results["reader_seed"], results["seed"] = results.get("seed"), row_seed
     with atomic_open(out / RESULTS_FILE) as f:
         json.dump(results, f, indent=2)
-
-
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
@@ -290,12 +314,12 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     writes_results = row.seeded or job.seed == first_seed
     record = {
         "table": table.name, "row": job.row, "name": row.name, "seed": job.seed if row.seeded else None, "dataset": table.data.dataset,
-        "reference": row.reference, "reference_source": table.reference_source, "commit": _commit(), "machine": describe_hardware(),
+        "reference": row.reference, "reference_source": table.reference_source, "commit": code_commit(), "machine": describe_hardware(),
         "seconds": time.perf_counter() - start, "job": asdict(job),
         "stages": [{"stage": label, "key": s.key, "dir": str(s.dir), "built": s.built, "seconds": round(s.seconds, 3)} for label, s in run.stages],
     }  # fmt: skip
     if writes_results:
-        _publish(evaluated.dir, out / RETRIEVAL_DIR, row.reference)
+        _publish(evaluated.dir, out / RETRIEVAL_DIR, row.reference, report_ks=table.report_ks)
         if reading is not None:
             _publish(reading.dir, out / READER_DIR, row_seed=job.seed if row.seeded else None)
     else:

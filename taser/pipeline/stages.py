@@ -11,10 +11,11 @@ it: the first takes the stage's lock (a file created exclusively, which also wor
 file system, kept alive by a heartbeat), the others wait for it and then find the stage done; a
 lock whose holder died (killed, out of time, a lost node) goes stale and is taken over by one of them.
 
-Keys: `stage_key(kind, settings, inputs)` hashes the settings (JSON, sorted keys) and the inputs: an
-upstream stage's key, or a file's identity (name, size and a hash of its first and last MiB, as the
-embeddings manifests identify a passages file). Settings that do not change the output (where it
-is written, logging, progress bars) are left out by the caller.
+Keys: `stage_key(kind, settings, inputs)` hashes the settings (JSON, sorted keys; callers pass them
+in canonical form, `taser.pipeline.stage_settings`), the inputs (an upstream stage's key, or a
+file's identity: its size and the hash of its whole content, `taser.pipeline.file_hashes`) and the
+kind's recipe version (`taser.pipeline.stage_code`: bumped when the code that builds that kind
+changes what it builds). `stage.json` records all three and the commit the stage was built at.
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from taser.io import atomic_open
+from taser.pipeline import stage_code
+from taser.pipeline.file_hashes import file_identity
+
+__all__ = ["DONE_FILE", "Stage", "StageStore", "code_commit", "file_identity", "stage_key"]
 
 log = logging.getLogger(__name__)
 
@@ -38,23 +45,20 @@ DONE_FILE = "stage.json"
 LOCK_SUFFIX = ".lock"
 
 
-def file_identity(path: str | os.PathLike) -> dict:
-    """What tells one data file from another without reading it all: name, size, first and last MiB."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file not found: {path}")
-    size = path.stat().st_size
-    digest = hashlib.sha1()
-    with open(path, "rb") as f:
-        digest.update(f.read(1 << 20))
-        f.seek(max(0, size - (1 << 20)))
-        digest.update(f.read(1 << 20))
-    return {"file": path.name, "size": size, "head_tail_sha1": digest.hexdigest()}
+@cache
+def code_commit() -> str | None:
+    """The git commit of the library's source tree, `-dirty` when it has uncommitted changes (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True, timeout=20,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def stage_key(kind: str, settings: dict, inputs: dict) -> str:
-    """`<kind>-<16 hex digits>` of the settings and inputs (a changed setting gives a new key)."""
-    text = json.dumps({"kind": kind, "settings": settings, "inputs": inputs}, sort_keys=True, default=str)
+    """`<kind>-<16 hex digits>` of the settings, inputs and the kind's recipe version (a changed one gives a new key)."""
+    text = json.dumps({"kind": kind, "version": stage_code.version(kind), "settings": settings, "inputs": inputs}, sort_keys=True, default=str)
     return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
@@ -71,6 +75,8 @@ class Stage:
 
 
 class StageStore:
+    planned = False  # True: keys only, nothing built (PlannedStore)
+
     def __init__(self, root: str | os.PathLike, poll_s: float = 2.0, stale_after_s: float | None = None):
         self.root = Path(root)
         self.poll_s = poll_s
@@ -98,12 +104,29 @@ class StageStore:
             build(directory)
             seconds = time.perf_counter() - start
             with atomic_open(directory / DONE_FILE) as f:
-                json.dump({"key": key, "kind": kind, "settings": settings, "inputs": inputs, "seconds": seconds,
+                json.dump({"key": key, "kind": kind, "version": stage_code.version(kind), "settings": settings, "inputs": inputs,
+                           "commit": code_commit(), "seconds": seconds,
                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f, indent=2, default=str)
         return Stage(key, directory, True, seconds)
 
     def _lock(self, key: str):
         return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s)
+
+
+class PlannedStore(StageStore):
+    """A store that builds nothing: `run` returns each stage's key and directory as the real store
+    would (a table's stage graph, shown without running it: `taser.pipeline.stage_plan`)."""
+
+    planned = True
+
+    def __init__(self, root: str | os.PathLike = "stages"):
+        super().__init__(root)
+        self.kinds: dict[str, str] = {}
+
+    def run(self, kind: str, settings: dict, inputs: dict, build: Callable[[Path], None]) -> Stage:
+        key = stage_key(kind, settings, inputs)
+        self.kinds[key] = kind
+        return Stage(key, self.dir(key), False, 0.0)
 
 
 HEARTBEAT_S = 30.0  # a lock's holder touches it this often

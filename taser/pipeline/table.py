@@ -40,11 +40,14 @@ class RowSpec:
     negatives: Negatives = Negatives.bm25
     uses: str | None = None  # hybrid, negatives=dense: the row whose trained model (at the same seed) it uses
     train_files: list[str] | None = None  # data kind files: this row's training files (multi-set) instead of the table's
+    candidates: int | None = None  # hybrid: each retriever's top-N fused (DPR fused the top-2000; None: evaluate.k)
     reference: dict[str, float | None] = field(default_factory=dict)  # the paper's figures, e.g. {"top20": 78.4}; {}: not reported
 
     def __post_init__(self):
         self.kind = RowKind.parse(self.kind, "row.kind")
         self.negatives = Negatives.parse(self.negatives, "row.negatives")
+        if self.candidates is not None and (self.kind != RowKind.hybrid or self.candidates < 1):
+            raise ValueError(f"row {self.name}: candidates (each retriever's top-N fused) is a setting of hybrid rows, >= 1; got {self.candidates}")
 
     @property
     def seeded(self) -> bool:
@@ -58,6 +61,7 @@ class DataSpec:
     squad_json: str | None = None  # kind squad
     train_articles: int = 30  # kind squad: the first N articles train, the rest evaluate
     limit_questions: int | None = None  # evaluate only the first N questions (smoke runs)
+    limit_passages: int | None = None  # retrieve from the first N passages only (smoke runs: not the paper's corpus)
     data_dir: str = "data/downloads"  # kind files: where scripts/download.py puts the resources
     train_files: list[str] = field(default_factory=list)  # kind files: names under data_dir (bi-encoder JSON)
     qa_file: str | None = None  # kind files: the evaluation questions (QA TSV) under data_dir
@@ -108,6 +112,10 @@ class TableSpec:
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
     read: ReadSpec = field(default_factory=ReadSpec)
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # must equal the sweep's seeds (hydra.sweeper.params.seed)
+    # training processes a row is documented for: with train.batch_size (per process) and grad_accumulation, the paper's global batch
+    processes: int = 1
+    report_ks: list[int] = field(default_factory=lambda: [20, 100])  # the report's top-k columns for this table
+    time_estimate: str = ""  # how long the whole sweep takes, on what, and where that figure comes from
     rows: dict[str, RowSpec] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -130,6 +138,11 @@ class TableSpec:
             if needs_uses and self.rows[row.uses].kind != RowKind.trained:
                 raise ValueError(f"table {self.name}, row {key}: uses={row.uses} is not a trained row")
 
+    @property
+    def global_batch(self) -> int:
+        """Questions per optimiser step of a trained row as documented (batch x processes x accumulation)."""
+        return int(self.train.get("batch_size", 16)) * self.processes * int(self.train.get("grad_accumulation", 1))
+
     def row(self, key: str) -> RowSpec:
         if key not in self.rows:
             raise ValueError(f"unknown row {key!r} in table {self.name}; its rows: {', '.join(self.rows)}")
@@ -147,10 +160,39 @@ class ExperimentJob:
     # training processes (torchrun, one per GPU) of this job; null: every visible GPU when there are several, else 1.
     # train.batch_size is per process, as under torchrun.
     processes: int | None = None
+    # a smoke run of any table: every trained row this many steps, the first 100 questions over the first 20,000 passages
+    # (checks the whole chain in minutes; its stages have keys of their own, and its figures are not the paper's)
+    smoke_steps: int | None = None
 
     def __post_init__(self):
         if self.processes is not None and self.processes < 1:
             raise ValueError(f"processes must be >= 1 or null (one per visible GPU), got {self.processes}")
         if isinstance(self.table, dict):
             self.table = TableSpec(**self.table)
-        self.table.row(self.row)  # a typo is refused here, before anything loads
+        row = self.table.row(self.row)  # a typo is refused here, before anything loads
+        if self.smoke_steps is not None:
+            if self.smoke_steps < 1:
+                raise ValueError(f"smoke_steps must be >= 1 (training steps per row) or null, got {self.smoke_steps}")
+            self.table.train = {**self.table.train, "max_steps": self.smoke_steps, "warmup_steps": min(int(self.table.train.get("warmup_steps", 0)), 1)}
+            data = self.table.data
+            data.limit_questions = min(data.limit_questions or SMOKE_QUESTIONS, SMOKE_QUESTIONS)
+            data.limit_passages = min(data.limit_passages or SMOKE_PASSAGES, SMOKE_PASSAGES)
+        check_row_settings(self.table, row)
+
+
+SMOKE_QUESTIONS, SMOKE_PASSAGES = 100, 20_000
+
+
+def check_row_settings(table: TableSpec, row: RowSpec) -> None:
+    """The row's model and training settings through their schemas (torch-free): a misspelt key or a
+    bad value in a table or an override is refused with the row's name, before any job starts."""
+    from taser.models.settings import ModelSettings
+    from taser.training.config import TrainConfig
+
+    where = f"table {table.name}, row {row.name}"
+    try:
+        ModelSettings.from_value({**table.model, **row.model})
+        if row.kind == RowKind.trained:
+            TrainConfig.from_value({**table.train, **row.train})
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{where}: {error}") from error
