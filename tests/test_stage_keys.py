@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -278,3 +279,14 @@ def test_the_stage_sharing_table_in_the_docs_is_current():
     assert START in docs.read_text() and END in docs.read_text()
     assert generated_section(docs) == sharing_markdown().strip(), "run: python -m taser.pipeline.stage_plan --write docs/tables.md"
 
+
+
+def test_a_rows_training_files_are_identified_once_per_run(squad4, tiny_pretrained, tmp_path, hash_cache, monkeypatch):  # noqa: F811
+    import taser.pipeline.rows as rows
+
+    calls = []
+    monkeypatch.setattr(rows, "file_identity", lambda path: calls.append(Path(path).name) or file_hashes.file_identity(path))
+    job = job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + ["row=dpr", "table.rows.dpr.negatives=given"])
+    run = RowRun(job)
+    first = run.train_files(job.table.rows["dpr"], 1)
+    assert run.train_files(job.table.rows["dpr"], 1) == first and calls.count("train.json") == 1
