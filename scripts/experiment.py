@@ -24,7 +24,7 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
-    from taser.pipeline.sweep_check import check_sweep_or_exit
+    from taser.sweeps.check import check_sweep_or_exit
 
     check_sweep_or_exit()  # every job of a -m sweep composed and checked before the first starts
     main()

@@ -20,6 +20,7 @@ LAYERS = [
     {"pipeline"},
     {"gpu_check"},  # a tool over the stages (it drives the trainer, the encoder and torchrun), not a stage
     {"cli"},
+    {"sweeps"},  # a table's sweep over the composed configs: checked whole, its stage graph planned
 ]
 RANK = {name: i for i, row in enumerate(LAYERS) for name in row}
 

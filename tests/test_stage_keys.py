@@ -15,9 +15,9 @@ from test_experiment import job_of, run_script, squad4, tiny  # noqa: F401 - squ
 
 from taser.pipeline import file_hashes, stage_code
 from taser.pipeline.rows import RowRun
-from taser.pipeline.stage_plan import END, START, generated_section, sharing_markdown
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import DONE_FILE, PlannedStore, StageStore, stage_key
+from taser.sweeps.plan import END, START, generated_section, sharing_markdown
 
 
 @pytest.fixture
@@ -223,7 +223,7 @@ def test_a_typo_in_one_row_of_a_sweep_is_refused_before_any_job_starts(launcher,
 
 
 def test_a_bad_row_setting_in_a_sweep_names_the_row():
-    from taser.pipeline.sweep_check import SweepRefused, check_sweep
+    from taser.sweeps.check import SweepRefused, check_sweep
 
     assert check_sweep(["-m", "table=squad_cpu"]) == 45  # 15 rows x 3 seeds, all fine
     assert check_sweep(["table=squad_cpu", "row=dpr"]) == 0  # not a sweep: the job checks itself
@@ -277,7 +277,7 @@ def test_a_jobs_log_file_keeps_the_scripts_lines(tmp_path):
 def test_the_stage_sharing_table_in_the_docs_is_current():
     docs = ROOT / "docs" / "tables.md"
     assert START in docs.read_text() and END in docs.read_text()
-    assert generated_section(docs) == sharing_markdown().strip(), "run: python -m taser.pipeline.stage_plan --write docs/tables.md"
+    assert generated_section(docs) == sharing_markdown().strip(), "run: python -m taser.sweeps.plan --write docs/tables.md"
 
 
 

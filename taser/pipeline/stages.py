@@ -115,7 +115,7 @@ class StageStore:
 
 class PlannedStore(StageStore):
     """A store that builds nothing: `run` returns each stage's key and directory as the real store
-    would (a table's stage graph, shown without running it: `taser.pipeline.stage_plan`)."""
+    would (a table's stage graph, shown without running it: `taser.sweeps.plan`)."""
 
     planned = True
 
