@@ -363,7 +363,8 @@ def test_building_adds_chunk_by_chunk(structured, tmp_path, monkeypatch, config)
     monkeypatch.setattr(layout, "train", lambda self, x, *a, **kw: (trained.append(len(x)), train(self, x, *a, **kw))[1])
     build_index(structured, tmp_path / "idx", config)
     chunks = [50, 50, 24] * 2  # 2 shards of 124 passages, chunks of 50
-    assert read == chunks * (2 if config.needs_training else 1)  # a type that trains reads once more, for its sample
+    # a type that trains reads once more, for its sample; ivf_pq once more again, to size each inverted list before adding
+    assert read == chunks * (1 + config.needs_training + (config.type == "ivf_pq"))
     assert added == chunks  # one add per chunk (the parts' bounds fall between chunks here), none of all the vectors
     assert trained == ([min(config.train_size, 248)] if config.needs_training else [])
     assert load_index(tmp_path / "idx").ids == read_embeddings(structured)[1]

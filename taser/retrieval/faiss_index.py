@@ -19,6 +19,7 @@ import faiss
 import numpy as np
 
 from taser.io import atomic_dir
+from taser.retrieval.index_memory import ivf_of, list_assignments, reserve
 from taser.retrieval.index_types import IndexConfig, IndexType, SearchSettings, choose, estimates
 
 log = logging.getLogger(__name__)
@@ -26,14 +27,41 @@ log = logging.getLogger(__name__)
 Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (vectors, ids) each call
 
 
-def _compact_ids(parts: list[np.ndarray]) -> np.ndarray:
-    raw = np.concatenate([np.asarray(p).astype(bytes) for p in parts]) if parts else np.array([], dtype=bytes)
+def _canonical_numbers(raw: np.ndarray) -> np.ndarray | None:
+    """The ids as int64 when every one is a canonical decimal number ("7", not "007" or "+7"), else None."""
     try:
         numbers = raw.astype(np.int64)
     except (ValueError, OverflowError):
-        return raw
-    # canonical only: "7" and "-7" differ from "007" and "+7", which must stay as written
-    return numbers if len(raw) and (numbers >= 0).all() and np.array_equal(numbers.astype(bytes), raw) else raw
+        return None
+    return numbers if len(raw) and (numbers >= 0).all() and np.array_equal(numbers.astype(bytes), raw) else None
+
+
+class _IdColumn:
+    """A part's passage ids, compacted chunk by chunk into one preallocated array (int64 while every
+    id is a canonical decimal number, as DPR's are; fixed-width bytes from the first that is not), so
+    that the ids never exist as Python strings or twice at once while an index is built."""
+
+    def __init__(self, size: int):
+        self.numbers: np.ndarray | None = np.empty(size, dtype=np.int64)
+        self.raw: list[np.ndarray] = []
+        self.filled = 0
+
+    def add(self, ids) -> None:
+        raw = np.asarray(ids).astype(bytes)
+        if self.numbers is not None:
+            numbers = _canonical_numbers(raw)
+            if numbers is not None:
+                self.numbers[self.filled : self.filled + len(raw)] = numbers
+                self.filled += len(raw)
+                return
+            self.raw, self.numbers = [self.numbers[: self.filled].astype(bytes)], None
+        self.raw.append(raw)
+        self.filled += len(raw)
+
+    def array(self) -> np.ndarray:
+        if self.numbers is not None:
+            return self.numbers[: self.filled]
+        return np.concatenate(self.raw) if self.raw else np.array([], dtype=bytes)
 
 
 def _training_sample(chunks: Chunks, count: int, dim: int, size: int, seed: int = 0) -> np.ndarray:
@@ -49,6 +77,21 @@ def _training_sample(chunks: Chunks, count: int, dim: int, size: int, seed: int 
     if start != count:  # rows past the end would be left unwritten
         raise ValueError(f"expected {count} vectors, the chunks held {start}")
     return sample
+
+
+def _list_sizes(index: faiss.Index, chunks: Chunks, bounds: list[int], wanted) -> dict[int, np.ndarray]:
+    """Per part, how many vectors each inverted list of `index` will hold (one pass over the vectors)."""
+    nlist = ivf_of(index).nlist
+    sizes = {s: np.zeros(nlist, dtype=np.int64) for s in wanted}
+    start = 0
+    for vectors, _ in chunks():
+        assigned = list_assignments(index, vectors)
+        for s in wanted:
+            lo, hi = max(bounds[s], start) - start, min(bounds[s + 1], start + len(vectors)) - start
+            if hi > lo:
+                sizes[s] += np.bincount(assigned[lo:hi], minlength=nlist)
+        start += len(vectors)
+    return sizes
 
 
 def _skip_polysemous_training(index: faiss.Index) -> None:
@@ -107,18 +150,21 @@ class PassageIndex:
         bounds = [count * s // parts for s in range(parts + 1)]
         wanted = range(parts) if config.part is None else [config.part]
         indexes = {s: template if i == 0 else faiss.clone_index(template) for i, s in enumerate(wanted)}
-        id_parts: dict[int, list[np.ndarray]] = {s: [] for s in wanted}
+        list_sizes = _list_sizes(template, chunks, bounds, wanted) if ivf_of(template) is not None else {}
+        for s in wanted:  # each part's final capacity at once: adding never doubles a buffer (peak ~ final size)
+            reserve(indexes[s], bounds[s + 1] - bounds[s], list_sizes.get(s))
+        id_columns = {s: _IdColumn(bounds[s + 1] - bounds[s]) for s in wanted}
         start = 0
         for vectors, ids in chunks():
             for s in wanted:  # the rows of this chunk that fall in part s
                 lo, hi = max(bounds[s], start) - start, min(bounds[s + 1], start + len(vectors)) - start
                 if hi > lo:
                     indexes[s].add(np.ascontiguousarray(vectors[lo:hi], dtype=np.float32))
-                    id_parts[s].append(np.asarray(ids)[lo:hi])
+                    id_columns[s].add(np.asarray(ids)[lo:hi])
             start += len(vectors)
         if start != count:
             raise ValueError(f"expected {count} vectors, the chunks held {start}")
-        built = [cls(indexes[s], _compact_ids(id_parts[s]), config, {**meta, "rows": [bounds[s], bounds[s + 1]]} if parts > 1 else meta)
+        built = [cls(indexes[s], id_columns[s].array(), config, {**meta, "rows": [bounds[s], bounds[s + 1]]} if parts > 1 else meta)
                  for s in wanted]
         return built[0] if parts == 1 or config.part is not None else ShardedIndex(built, config, meta)
 
