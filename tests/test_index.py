@@ -6,6 +6,8 @@ passages-file check (also through `evaluate`)."""
 import json
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 
 import faiss
@@ -410,3 +412,41 @@ def test_search_settings_reach_faiss_through_evaluate(structured, embeddings, mi
         assert results.get("search") == recorded == json.loads((tmp_path / "eval" / "results.json").read_text()).get("search")
     assert len(seen) == 1 and (tmp_path / "hnsw" / "part_001").is_dir()
     assert json.loads((tmp_path / "ivf" / "index.json").read_text())["nprobe"] == 2  # nothing rebuilt or rewritten
+
+
+PEAK_CHILD = """
+import sys, numpy as np
+import taser.retrieval.faiss_index as fi
+from taser.retrieval.index_types import IndexConfig
+if sys.argv[1] == "0":
+    fi.reserve = lambda *a, **k: None  # the build as it was: buffers double as vectors are added
+def status(field):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field + ":"))
+n, d, chunk = 1_000_000, 64, 10_000
+def chunks():
+    for s in range(0, n, chunk):
+        yield np.random.default_rng(s).random((chunk, d), dtype=np.float32), np.arange(s, s + chunk)
+before = status("VmRSS")
+built = fi.PassageIndex.build_streamed(chunks, n, d, IndexConfig("flat"))
+print((status("VmHWM") - before) * 1024 / (n * d * 4 + n * 8))
+"""
+
+
+def test_a_flat_build_peaks_near_its_final_size_not_twice_it():
+    """Issue 44, item 2: FAISS doubled the flat buffer as chunks were added (60 GB of NQ vectors
+    peaking near 117 GB); with the final capacity reserved first, the peak is the index + a chunk."""
+    ratios = {}
+    for reserve in ("1", "0"):
+        done = subprocess.run([sys.executable, "-c", PEAK_CHILD, reserve], capture_output=True, text=True, timeout=300, check=True)
+        ratios[reserve] = float(done.stdout.strip().splitlines()[-1])
+    assert ratios["1"] < 1.1, ratios
+    assert ratios["0"] > 1.2, ratios  # the measurement can tell the two apart
+
+
+def test_the_hnsw_graph_is_reserved_at_its_expected_size():
+    from taser.retrieval.index_memory import GRAPH_MARGIN, expected_neighbours
+
+    index = faiss.IndexHNSWFlat(16, 8)
+    expected = expected_neighbours(index.hnsw, 20_000)
+    index.add(np.random.default_rng(0).random((20_000, 16), dtype=np.float32))
+    assert expected <= index.hnsw.neighbors.size() * 1.005 and index.hnsw.neighbors.size() <= expected * GRAPH_MARGIN

@@ -96,13 +96,14 @@ class StageStore:
         if self.done(key):
             log.info("stage %s: done already (%s)", key, directory)
             return Stage(key, directory, False, 0.0)
-        with self._lock(key):
+        with self._lock(key) as lock:
             if self.done(key):  # another process built it while this one waited
                 return Stage(key, directory, False, time.perf_counter() - start)
             directory.mkdir(parents=True, exist_ok=True)
             log.info("stage %s: building in %s", key, directory)
             build(directory)
             seconds = time.perf_counter() - start
+            lock.check_held()  # a holder whose lock was taken over must not mark the stage done
             with atomic_open(directory / DONE_FILE) as f:
                 json.dump({"key": key, "kind": kind, "version": stage_code.version(kind), "settings": settings, "inputs": inputs,
                            "commit": code_commit(), "seconds": seconds,
@@ -131,12 +132,30 @@ class PlannedStore(StageStore):
 
 HEARTBEAT_S = 30.0  # a lock's holder touches it this often
 STALE_AFTER_S = 300.0  # a lock untouched this long is stale (its holder died on another host, or was killed)
+EMPTY_AFTER_S = 60.0  # a lock file still empty this long was left by a holder killed between creating and writing it
+
+
+class LockLost(RuntimeError):
+    """The stage's lock was taken over while this process built it: the stage is not marked done."""
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (Linux), telling it from a later process with its pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 class _FileLock:
-    """A lock file created exclusively (O_EXCL), holding its owner's host, pid and a token; the
-    holder touches it every HEARTBEAT_S seconds. A lock is stale when its process is gone (same
-    host) or when it was not touched for `stale_after_s` (any host: a killed job, a lost node).
+    """A lock file created exclusively (O_EXCL), holding its owner's host, pid, process start time and
+    a token; the holder touches it every HEARTBEAT_S seconds (an error, an NFS hiccup, is retried at
+    the next beat). A lock is stale when its process is gone (same host: the pid is not running, or
+    runs another process than the one that wrote the lock), or, on another host, when it was not
+    touched for `stale_after_s` (a killed job, a lost node); a live process on this host keeps its
+    lock however long it is paused (SIGSTOP, a suspended SLURM job). A lock file left empty by a kill
+    between its creation and its first write is stale after EMPTY_AFTER_S. Before the holder marks
+    its stage done it checks that the lock still holds its token (`check_held`).
     Breaking a stale lock is itself serialised (a `.break` file created exclusively), and the lock
     is checked again under it, so two waiters never both take it over; a holder removes the lock
     only while it still holds its own token."""
@@ -162,7 +181,8 @@ class _FileLock:
                 time.sleep(self.poll_s)
                 continue
             with os.fdopen(fd, "w") as f:
-                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), "token": self.token}, f)
+                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid()), "since": time.time(),
+                           "token": self.token}, f)
             self._stop = threading.Event()
             threading.Thread(target=self._beat, args=(self._stop,), daemon=True, name="stage-lock-heartbeat").start()
             return self
@@ -174,12 +194,22 @@ class _FileLock:
             self.path.unlink(missing_ok=True)
         return False
 
+    def check_held(self) -> None:
+        owner = self._owner()
+        if owner.get("token") != self.token:
+            raise LockLost(f"the lock {self.path} was taken over while this process built its stage (now held by "
+                           f"{owner.get('token') or 'nobody'}); the stage is not marked done: rerun to build or find it")
+
     def _beat(self, stop: threading.Event) -> None:
+        failing = False
         while not stop.wait(HEARTBEAT_S):
             try:
                 os.utime(self.path)
-            except OSError:
-                return
+                failing = False
+            except OSError as error:  # retried at the next beat: one failure must not let the lock go stale
+                if not failing:
+                    log.warning("could not touch the lock %s (%s); retrying every %.0f s", self.path, error, HEARTBEAT_S)
+                failing = True
 
     def _owner(self) -> dict:
         try:
@@ -189,8 +219,12 @@ class _FileLock:
 
     def _stale(self) -> bool:
         owner = self._owner()
+        try:
+            age = time.time() - self.path.stat().st_mtime
+        except OSError:
+            return False  # just removed
         if not owner:
-            return False  # being written, or just removed
+            return age > EMPTY_AFTER_S  # being written, or left empty by a kill
         if owner.get("host") == socket.gethostname():
             try:
                 os.kill(int(owner["pid"]), 0)
@@ -198,10 +232,9 @@ class _FileLock:
                 return True
             except PermissionError:
                 pass
-        try:
-            return time.time() - self.path.stat().st_mtime > self.stale_after_s
-        except OSError:
-            return False
+            start = owner.get("start")
+            return start is not None and process_start(int(owner["pid"])) not in (None, start)  # alive (if paused): its lock
+        return age > self.stale_after_s
 
     def _break_if_stale(self) -> bool:
         """Remove a stale lock, one process at a time; True when it was removed."""
@@ -215,8 +248,8 @@ class _FileLock:
         try:
             os.close(fd)
             owner = self._owner()
-            if owner and self._stale():  # still the stale one, under the break file
-                log.warning("taking over the stale lock %s (held by %s)", self.path, owner.get("token") or owner)
+            if self._stale():  # still the stale one, under the break file
+                log.warning("taking over the stale lock %s (held by %s)", self.path, owner.get("token") or owner or "nobody: left empty")
                 self.path.unlink(missing_ok=True)
                 return True
             return False
