@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from taser.evaluation.per_query import PER_QUERY_FILE
 from taser.evaluation.runs import RESULTS_FILE
 from taser.io import atomic_open
+from taser.pipeline.process_tree import run_tree
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import Stage, StageStore, code_commit, file_identity
 from taser.pipeline.table import DataKind, ExperimentJob, Negatives, RowKind, RowSpec, TableSpec
@@ -256,9 +256,9 @@ def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", "taser.pipeline.train_worker",
                str(spec)]
     log.info("training on %d processes: %s", processes, " ".join(command))
-    done = subprocess.run(command, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"training under torchrun failed (exit {done.returncode}); its ranks' logs are above; rerun the same command "
+    returncode = run_tree(command)  # interrupted (SIGTERM, an exception), it stops torchrun's ranks too: none outlives the stage's lock
+    if returncode != 0:
+        raise RuntimeError(f"training under torchrun failed (exit {returncode}); its ranks' logs are above; rerun the same command "
                            f"to continue from the last checkpoint in {out}")
 
 

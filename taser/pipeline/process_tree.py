@@ -1,0 +1,85 @@
+"""A child command whose whole process tree ends with it.
+
+torchrun's agent starts its worker ranks in process sessions of their own: when the job that ran
+torchrun is cancelled (SIGTERM from SLURM, an exception), killing the agent alone leaves the ranks
+training into a stage directory whose lock has been released. `run_tree` runs the command and, if
+it is interrupted, asks every process of the tree to stop (SIGTERM: torchrun's agent then stops
+its ranks itself), waits, and kills what is left. The tree is read from /proc before any signal,
+so ranks re-parented away from the agent are still found.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 30.0  # time the tree gets to stop on SIGTERM before SIGKILL
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc), children before their children."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop(0)
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited: only its parent has not collected it yet
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM to `process` and all its descendants, then SIGKILL to whatever still runs after `grace_s`."""
+    tree = [process.pid, *descendants(process.pid)]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+        if process.poll() is None:
+            time.sleep(0.1)
+        else:
+            time.sleep(0.05)
+    for pid in tree:
+        if _alive(pid):
+            log.warning("process %d did not stop on SIGTERM within %.0f s: killed", pid, grace_s)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    process.wait()
+
+
+def run_tree(command: list[str], grace_s: float = GRACE_S, **popen) -> int:
+    """Run `command`; its exit code. Interrupted (an exception, SystemExit from a SIGTERM handler),
+    it stops the command's whole process tree before the exception goes on."""
+    process = subprocess.Popen(command, **popen)
+    try:
+        return process.wait()
+    except BaseException:
+        stop_tree(process, grace_s)
+        raise

@@ -1,0 +1,59 @@
+"""Issue 44, item 8: the row's torchrun ranks (started by the agent in sessions of their own) do not
+outlive the job that started them: a SIGTERM to the job stops the whole tree before the stage's
+lock is released."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from taser.pipeline.process_tree import descendants, run_tree
+
+AGENT = """
+import subprocess, sys, time
+# a rank in a session of its own, as torchrun's agent starts them; it ignores SIGHUP and keeps writing
+subprocess.Popen([sys.executable, "-c", "import os, time, sys\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\nwhile True: time.sleep(0.05)", sys.argv[1]],
+                 start_new_session=True)
+time.sleep(600)
+"""
+
+JOB = """
+import signal, sys
+from taser.pipeline.process_tree import run_tree
+signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))  # as scripts/experiment.py does
+run_tree([sys.executable, "-c", sys.argv[1], sys.argv[2]], grace_s=5)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = open(f"/proc/{pid}/stat").read()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_terminated_job_stops_the_ranks_in_their_own_sessions(tmp_path):
+    rank_pid = tmp_path / "rank.pid"
+    job = subprocess.Popen([sys.executable, "-c", JOB, AGENT, str(rank_pid)])
+    deadline = time.time() + 60
+    while not rank_pid.is_file() or not rank_pid.read_text():
+        assert time.time() < deadline, "the rank never started"
+        time.sleep(0.05)
+    rank = int(rank_pid.read_text())
+    assert rank in descendants(job.pid)
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.time() + 10
+    while _alive(rank) and time.time() < deadline:
+        time.sleep(0.05)
+    alive = _alive(rank)
+    if alive:
+        os.kill(rank, signal.SIGKILL)
+    assert not alive, "the rank outlived its job"
+
+
+def test_a_command_that_ends_returns_its_exit_code():
+    assert run_tree([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
