@@ -48,6 +48,9 @@ def pick_device(name: str | torch.device = "auto") -> torch.device:
     if device.type != "cuda" or local is None:
         return device
     count = torch.cuda.device_count()
+    if "TORCHELASTIC_RUN_ID" in os.environ and local >= count:  # torchrun starts ranks that all see the same GPUs
+        raise ValueError(f"torchrun started local rank {local} on a machine that shows {count} GPU(s): start at most {count} "
+                         "processes per machine (torchrun --nproc_per_node, or processes=N), or check CUDA_VISIBLE_DEVICES")
     own = local >= count == 1  # the launcher gave this task a GPU of its own (SLURM --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)
     mine = 0 if own else local
     if device.index is not None and device.index != mine:

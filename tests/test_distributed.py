@@ -16,7 +16,7 @@ from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.models.loading import load_model
 from taser.pipeline.train import run_training
 from taser.training.batching import collate, example_rng, make_example
-from taser.training.distributed import all_reduce_sum, data_parallel
+from taser.training.distributed import all_reduce_sum, data_parallel, master_port
 from taser.training.loss import LossConfig
 from taser.training.step import StepRunner
 
@@ -265,7 +265,7 @@ def test_srun_tasks_join_as_torchruns_would(monkeypatch):
     assert info == distributed.DistInfo(5, 8, 1)
     (backend, env), = calls
     assert backend == "cpu:gloo,cuda:nccl" and (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("5", "8", "1")
-    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["LOCAL_WORLD_SIZE"]) == ("gpu07", str(20000 + 123456 * 7 % 20000), "4")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["LOCAL_WORLD_SIZE"]) == ("gpu07", str(master_port(123456)), "4")
     assert devices == [torch.device("cuda", 0)]  # its one visible GPU, though LOCAL_RANK is 1
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from taser.evaluation.per_query import PER_QUERY_FILE
 from taser.evaluation.runs import RESULTS_FILE
-from taser.io import atomic_open
+from taser.io import atomic_open, atomic_path
 from taser.pipeline.process_tree import run_tree
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import Stage, StageStore, code_commit, file_identity
@@ -282,12 +282,11 @@ def read_stage(run: RowRun, evaluated: Stage) -> Stage:
 def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None, report_ks: list[int] | None = None) -> None:
     """A stage's results.json and per_query.jsonl copied into `out` (per_query first: results.json marks it whole)."""
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(stage_dir / PER_QUERY_FILE, out / f".{PER_QUERY_FILE}.tmp")
-    (out / f".{PER_QUERY_FILE}.tmp").replace(out / PER_QUERY_FILE)
+    for name in (PER_QUERY_FILE, "retrieval.json"):  # retrieval.json: the passages behind the figures (report.py inspect=... reads them)
+        if name == PER_QUERY_FILE or (stage_dir / name).is_file():
+            with atomic_path(out / name) as tmp:  # a temporary name of its own: two writers never share one
+                shutil.copyfile(stage_dir / name, tmp)
     results = json.loads((stage_dir / RESULTS_FILE).read_text())
-    if (stage_dir / "retrieval.json").is_file():  # the passages behind the figures (report.py inspect=... reads them)
-        shutil.copyfile(stage_dir / "retrieval.json", out / ".retrieval.json.tmp")
-        (out / ".retrieval.json.tmp").replace(out / "retrieval.json")
     if reference is not None:
         results["reference"] = reference  # the paper's figures for this row, beside what it reached
     if report_ks is not None:
@@ -298,10 +297,30 @@ def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed
         json.dump(results, f, indent=2)
 
 
+class SeveralTasks(RuntimeError):
+    """A table job started as several SLURM tasks: each would run the whole row."""
+
+
+def refuse_several_tasks(environ=None) -> None:
+    """A table's job is one process: its training stage starts its own ranks (torchrun, `processes`).
+    Started as several tasks of one SLURM step (submitit's tasks_per_node > 1, `srun -n N`), every
+    task would run the whole row, and the one holding the training stage's lock would wait for
+    ranks that wait for that lock: refused before anything starts."""
+    import os
+
+    env = os.environ if environ is None else environ
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 0)
+    if tasks > 1 and "TORCHELASTIC_RUN_ID" not in env:
+        raise SeveralTasks(f"this job runs as {tasks} SLURM tasks (task {env.get('SLURM_PROCID', '?')}), and every task would run the "
+                           "whole row: run one task per job (hydra.launcher.tasks_per_node=1, as the slurm_* launcher presets do); the "
+                           "training stage starts one rank per GPU itself (processes=N, default: every visible GPU)")
+
+
 def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     """Run (or find) every stage of `job.row` at `job.seed`; write the row's files into `job.out_dir`."""
     from taser.runtime import describe_hardware
 
+    refuse_several_tasks()
     start = time.perf_counter()
     table: TableSpec = job.table
     row = table.row(job.row)

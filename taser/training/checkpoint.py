@@ -20,8 +20,8 @@ STATE_FILE = "trainer_state.pt"
 
 def rng_state() -> dict:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available():  # this rank's own GPU only: another run may see other GPUs, or number them otherwise
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -30,7 +30,14 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda = state["cuda"]
+        if isinstance(cuda, (list, tuple)):  # a checkpoint of an earlier version: every visible GPU's state, by index
+            device = torch.cuda.current_device()
+            if device >= len(cuda):
+                raise ValueError(f"the checkpoint holds random states of {len(cuda)} GPU(s) and this rank runs on cuda:{device}; "
+                                 "resume under the GPU visibility it was saved with")
+            cuda = cuda[device]
+        torch.cuda.set_rng_state(cuda)
 
 
 def _all_ranks(obj) -> list:

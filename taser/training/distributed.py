@@ -53,6 +53,14 @@ def first_host(nodelist: str) -> str:
     return prefix + inside.split(",")[0].split("-")[0] + first_host(after)  # node[1-4]-ib -> node1-ib; r[1-2]-n[01-04] -> r1-n01
 
 
+PORT_BASE, PORT_SPAN = 20000, 12000  # 20000-31999: below Linux's ephemeral ports (32768-60999), where a port may be taken by any client
+
+
+def master_port(job: int, step: int = 0) -> int:
+    """The rendezvous port of a SLURM job step: from its ids, outside the ephemeral range."""
+    return PORT_BASE + (job * 7 + step) % PORT_SPAN
+
+
 def slurm_environment(environ=None) -> dict[str, str]:
     """torchrun's variables from SLURM's, for a process that `srun` (or submitit) started as one
     task of several, when torchrun is not the launcher: RANK (SLURM_PROCID), WORLD_SIZE (the step's
@@ -67,7 +75,7 @@ def slurm_environment(environ=None) -> dict[str, str]:
     step = int(env.get("SLURM_STEP_ID", "0") or 0) if str(env.get("SLURM_STEP_ID", "0")).isdigit() else 0
     return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(tasks), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
             "LOCAL_WORLD_SIZE": env.get("SLURM_STEP_TASKS_PER_NODE", "1").split("(")[0].split(",")[0],
-            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes), "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + (job * 7 + step) % 20000)}
+            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes), "MASTER_PORT": env.get("MASTER_PORT") or str(master_port(job, step))}
 
 
 def default_backend(device: torch.device) -> str:
