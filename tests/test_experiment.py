@@ -279,6 +279,12 @@ def test_launcher_presets_compose(launcher, target, gpus):
     assert cfg.hydra.launcher._target_.endswith(target)
     if gpus is not None:
         assert cfg.hydra.launcher.gpus_per_node == gpus and cfg.hydra.launcher.timeout_min > 0 and cfg.hydra.launcher.mem_gb > 0
+        assert cfg.hydra.launcher.max_num_timeout >= 1  # a timed-out job is requeued: every stage resumes
+        assert "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK" in cfg.hydra.launcher.setup  # SLURM 22.05+: else one core
+    if gpus:  # a GPU row evaluates with the flat index of 21M passages in memory
+        from taser.retrieval.index_types import IndexConfig, estimates
+
+        assert cfg.hydra.launcher.mem_gb > estimates(IndexConfig("flat"), 768, 21_015_324)["flat"] * 1.5
 
 
 def test_the_report_sets_each_row_beside_its_papers_figures(tmp_path):
