@@ -80,3 +80,18 @@ def test_a_table_job_of_several_slurm_tasks_is_refused_before_any_stage(monkeypa
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
     with pytest.raises(SeveralTasks):
         run_row(Job())
+
+
+def test_srun_tasks_encode_one_shard_each_on_their_own_gpu(monkeypatch):
+    """Item 4: `srun -n 8 scripts/encode_passages.py` encoded the whole corpus 8 times on GPU 0."""
+    import os
+
+    from taser.pipeline import encode
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(SLURM_STEP_NUM_TASKS="8", SLURM_PROCID="5", SLURM_LOCALID="1", SLURM_JOB_ID="42", SLURM_STEP_NODELIST="gpu[01-04]")
+    monkeypatch.setattr(os, "environ", env)
+    assert encode.launcher_shard() == (5, 8)
+    assert env["LOCAL_RANK"] == "1"  # pick_device then takes cuda:1 on a node that shows several GPUs
+    monkeypatch.setattr(os, "environ", {k: v for k, v in env.items() if not k.startswith(("SLURM", "RANK", "WORLD", "LOCAL"))})
+    assert encode.launcher_shard() == (0, 1)

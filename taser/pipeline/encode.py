@@ -23,8 +23,12 @@ log = logging.getLogger(__name__)
 
 
 def launcher_shard() -> tuple[int, int]:
-    """(shard_id, num_shards) from torchrun's RANK and WORLD_SIZE (one shard per process,
-    across machines too); (0, 1) outside torchrun."""
+    """(shard_id, num_shards) from torchrun's RANK and WORLD_SIZE (one shard per process, across
+    machines too), else from SLURM's tasks of a step (`srun -n 8 scripts/encode_passages.py`: task
+    SLURM_PROCID of SLURM_STEP_NUM_TASKS, its GPU the one of SLURM_LOCALID); (0, 1) otherwise."""
+    from taser.training.distributed import slurm_environment
+
+    os.environ.update(slurm_environment())  # srun's tasks as torchrun's ranks: RANK, WORLD_SIZE, LOCAL_RANK (the task's GPU)
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
