@@ -95,3 +95,31 @@ def test_srun_tasks_encode_one_shard_each_on_their_own_gpu(monkeypatch):
     assert env["LOCAL_RANK"] == "1"  # pick_device then takes cuda:1 on a node that shows several GPUs
     monkeypatch.setattr(os, "environ", {k: v for k, v in env.items() if not k.startswith(("SLURM", "RANK", "WORLD", "LOCAL"))})
     assert encode.launcher_shard() == (0, 1)
+
+
+def test_ranks_that_see_different_checkpoints_refuse_to_resume(tmp_path, tiny_pretrained, mini_squad, monkeypatch):
+    """Item 6: each rank decided alone whether to resume, so ranks reading node-local directories
+    (one with the checkpoint, one without) trained from different steps and hung at the end. The
+    ranks now compare what they see (a collective) and all refuse; here rank 1's view is simulated."""
+    from conftest import tiny_model_cfg
+
+    import taser.training.trainer as trainer
+    from taser.pipeline.train import run_training
+
+    train = dict(batch_size=4, hard_negatives=1, max_steps=3, save_every=1, warmup_steps=1, val_max_questions=0, progress=False,
+                 precision="fp32", device="cpu")
+    model, files = tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")]
+
+    def crash(step, record):
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_training(model, files, train, tmp_path / "run", on_step=crash)
+    views = []
+    monkeypatch.setattr(trainer, "all_ranks", lambda view: views.append(view) or [view, None])  # rank 1 sees no checkpoint
+    with pytest.raises(RuntimeError, match="the ranks see different checkpoints"):
+        run_training(model, files, {**train, "resume": True}, tmp_path / "run")
+    assert views and views[0] is not None
+    monkeypatch.setattr(trainer, "all_ranks", lambda view: [view, view])  # both see the same file: resumed
+    assert run_training(model, files, {**train, "resume": True}, tmp_path / "run").steps == 3

@@ -40,7 +40,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(cuda)
 
 
-def _all_ranks(obj) -> list:
+def all_ranks(obj) -> list:
     if dist.is_available() and dist.is_initialized():
         out = [None] * dist.get_world_size()
         dist.all_gather_object(out, obj)
@@ -49,7 +49,7 @@ def _all_ranks(obj) -> list:
 
 
 def save_checkpoint(directory, model, tokenizer, optimizer, scheduler, scaler, step: int, is_main: bool, extra: dict | None = None) -> None:
-    rngs = _all_ranks(rng_state())  # collective: every rank takes part
+    rngs = all_ranks(rng_state())  # collective: every rank takes part
     if not is_main:
         return
     with atomic_dir(directory) as tmp:
@@ -80,6 +80,14 @@ def load_training_state(directory, optimizer, scheduler, scaler, rank: int) -> d
         scaler.load_state_dict(state["scaler"])
     set_rng_state(rngs[rank])
     return state
+
+
+def checkpoint_view(directory) -> dict | None:
+    """What this process sees of a checkpoint: its state file's size and modification time, or None."""
+    if not has_checkpoint(directory):
+        return None
+    stat = (Path(directory) / STATE_FILE).stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 def has_checkpoint(directory) -> bool:
