@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo docs gpu-check test install clean-venv peers-fast-env
+.PHONY: demo docs gpu-check test test-cluster install clean-venv peers-fast-env
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,12 @@ docs: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster"
+
+# The cluster rehearsal: a real single-node SLURM (Debian's slurm-wlm and munge, which .ci/run installs) runs the
+# documented cluster commands at tiny scale (tests/test_cluster.py); skipped with the reason where SLURM is absent.
+test-cluster: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m cluster
 
 # benchmarks/peers/encode.py only: sentence-transformers with its onnx and openvino backends, in an
 # environment of its own (they need transformers 4.x; taser needs 5.x).

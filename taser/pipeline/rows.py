@@ -21,6 +21,7 @@ from pathlib import Path
 from taser.evaluation.per_query import PER_QUERY_FILE
 from taser.evaluation.runs import RESULTS_FILE
 from taser.io import atomic_open, atomic_path
+from taser.pipeline.allocation import allocation
 from taser.pipeline.process_tree import run_tree
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import Stage, StageStore, code_commit, file_identity
@@ -334,6 +335,7 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     record = {
         "table": table.name, "row": job.row, "name": row.name, "seed": job.seed if row.seeded else None, "dataset": table.data.dataset,
         "reference": row.reference, "reference_source": table.reference_source, "commit": code_commit(), "machine": describe_hardware(),
+        "allocation": allocation(),
         "seconds": time.perf_counter() - start, "job": asdict(job),
         "stages": [{"stage": label, "key": s.key, "dir": str(s.dir), "built": s.built, "seconds": round(s.seconds, 3)} for label, s in run.stages],
     }  # fmt: skip
