@@ -98,7 +98,7 @@ def main() -> None:
             row = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(json.dumps(row), flush=True)
-    lines = ["# Index builds: peak memory against the final index\n", f"Command: `{command_line(__file__, sys.argv[1:])}`\n", f"Machine: {machine_line()}\n",
+    lines = ["# Index builds: peak memory against the final index\n", f"Command: `{command_line(__file__, sys.argv[1:])}`\n", f"{machine_line()}\n",
              f"{args.count:,} random unit vectors of width {args.width}, added in chunks of {CHUNK:,} (each chunk: "
              f"{CHUNK * args.width * 4 / 1e6:.1f} MB). Peak increase = VmHWM − resident memory just before the build; the adding "
              "phase's peak counts from the resident memory before the build too, with the high-water mark reset once the type is "

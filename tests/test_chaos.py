@@ -1,0 +1,83 @@
+"""Issue 44's chaos test of the stage store: a tiny table (dpr and the hybrid that needs its model,
+one seed) run under repeated SIGKILLs at random moments, alternating the basic and the joblib
+launcher, then run to the end. Its results and per-query files equal an uninterrupted run's, every
+stage exists once (one directory per key, each with one stage.json), and no lock is left behind.
+Marked `cluster` (minutes): `make test-cluster`."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+from test_experiment import squad4, tiny  # noqa: F401 - squad4 is a fixture
+
+pytestmark = pytest.mark.cluster
+
+KILLS = 20
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def sweep_command(squad, pretrained, stages, sweep, launcher):
+    return [sys.executable, str(ROOT / "scripts" / "experiment.py"), "-m", *tiny(squad, pretrained, stages, seeds=(1,)), "row=dpr,hybrid", "seed=1",
+            f"hydra.sweep.dir={sweep}", f"hydra/launcher={launcher}"]
+
+
+def run(command, kill_after: float | None = None) -> int | None:
+    """Run the command in a session of its own; SIGKILL the whole session after `kill_after` seconds
+    (None when it finished first: its exit code)."""
+    process = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        process.wait(timeout=kill_after if kill_after is not None else 900)
+        if process.returncode != 0:
+            raise AssertionError(f"the run failed (exit {process.returncode}): {process.stderr.read().decode()[-3000:]}")
+        return process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
+    finally:
+        process.stderr.close()
+
+
+def outputs(sweep):
+    found = {}
+    for row in ("dpr", "hybrid"):
+        retrieval = sweep / row / "seed-1" / "retrieval"
+        results = json.loads((retrieval / "results.json").read_text())
+        found[row] = (results["top_k"], (retrieval / "per_query.jsonl").read_text())
+    return found
+
+
+def test_a_table_killed_at_random_moments_finishes_with_the_uninterrupted_results(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    clean_stages, clean_sweep = tmp_path / "clean-stages", tmp_path / "clean"
+    clean_start = time.time()
+    run(sweep_command(squad4, tiny_pretrained, clean_stages, clean_sweep, "basic"))
+    window = max(4.0, (time.time() - clean_start) / 3)  # kills while a third of the table's time at most has passed: progress in steps
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "0")) or None)
+    stages, sweep = tmp_path / "stages", tmp_path / "sweep"
+    kills, finished_early, kills_before_done, done_at_kill = 0, 0, None, []
+    started = time.time()
+    while kills < KILLS:
+        launcher = "basic" if kills % 2 == 0 else "local_parallel"
+        if run(sweep_command(squad4, tiny_pretrained, stages, sweep, launcher), kill_after=rng.uniform(1.0, window)) is None:
+            kills += 1
+            done_at_kill.append(len(list(stages.glob("*/stage.json"))))  # how far the table had come
+        else:
+            finished_early += 1  # the table was done before the kill came: later kills land on a run that finds every stage
+            kills_before_done = kills if kills_before_done is None else kills_before_done
+        assert time.time() - started < 1500, f"{kills} kills in 25 minutes"
+    run(sweep_command(squad4, tiny_pretrained, stages, sweep, "basic"))  # to the end
+    print(f"{kills} kills, {kills_before_done if kills_before_done is not None else kills} of them before the table was first done; "
+          f"{finished_early} run(s) finished before their kill; stages done at each kill: {done_at_kill}")
+    assert (kills_before_done if kills_before_done is not None else kills) >= KILLS // 4  # the kills fell on the stages, not after them
+    assert len(set(done_at_kill)) >= 3, done_at_kill  # ... and across them, not all in the first one
+    assert outputs(sweep) == outputs(clean_sweep)
+    assert not list(stages.glob("*.lock")) and not list(stages.glob("*.break"))
+    done = sorted(p.parent.name for p in stages.glob("*/stage.json"))
+    assert sorted(p.parent.name for p in clean_stages.glob("*/stage.json")) == done  # the same stages, each once
+    assert all(p.is_dir() for p in stages.iterdir())
