@@ -123,3 +123,13 @@ def test_ranks_that_see_different_checkpoints_refuse_to_resume(tmp_path, tiny_pr
     assert views and views[0] is not None
     monkeypatch.setattr(trainer, "all_ranks", lambda view: [view, view])  # both see the same file: resumed
     assert run_training(model, files, {**train, "resume": True}, tmp_path / "run").steps == 3
+
+
+def test_a_rows_allocation_record_names_its_slurm_job_or_none(monkeypatch):
+    from taser.pipeline import allocation as module
+
+    assert module.allocation({})["scheduler"] is None
+    monkeypatch.setattr(module, "_queue_times", lambda job: {"job": job, "waited_s": 3.0})
+    record = module.allocation({"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3", "SLURM_CPUS_PER_TASK": "4"})
+    assert record["scheduler"] == "slurm" and record["job_id"] == "12" and record["cpus_per_task"] == "4"
+    assert record["array_task"] == "7_3" and record["job"] == "7_3" and record["waited_s"] == 3.0  # squeue knows an array's task as A_T

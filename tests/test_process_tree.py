@@ -12,9 +12,12 @@ from taser.pipeline.process_tree import descendants, run_tree
 
 AGENT = """
 import subprocess, sys, time
-# a rank in a session of its own, as torchrun's agent starts them; it ignores SIGHUP and keeps writing
-subprocess.Popen([sys.executable, "-c", "import os, time, sys\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\nwhile True: time.sleep(0.05)", sys.argv[1]],
-                 start_new_session=True)
+# a rank in a session of its own, as torchrun's agent starts them; on SIGTERM it notes it and stops, as a rank's handler would
+RANK = ("import os, signal, sys, time\\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: (open(sys.argv[1] + '.term', 'w').close(), sys.exit(0)))\\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\\n"
+        "while True: time.sleep(0.05)")
+subprocess.Popen([sys.executable, "-c", RANK, sys.argv[1]], start_new_session=True)
 time.sleep(600)
 """
 
@@ -53,6 +56,7 @@ def test_a_terminated_job_stops_the_ranks_in_their_own_sessions(tmp_path):
     if alive:
         os.kill(rank, signal.SIGKILL)
     assert not alive, "the rank outlived its job"
+    assert (tmp_path / "rank.pid.term").is_file()  # asked to stop (SIGTERM) before any SIGKILL
 
 
 def test_a_command_that_ends_returns_its_exit_code():

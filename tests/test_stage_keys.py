@@ -142,12 +142,24 @@ def test_stage_code_cli_bumps_and_keeps(tmp_path, monkeypatch, capsys):
 # -- canonical settings -------------------------------------------------------------------------
 def planned_training(table: str, row: str, *overrides: str) -> tuple[str, dict]:
     job = job_of([f"table={table}", f"row={row}", *overrides])
-    store = PlannedStore()
-    captured = {}
-    real_run = store.run
-    store.run = lambda kind, settings, inputs, build: captured.setdefault(kind, settings) and real_run(kind, settings, inputs, build)
+    store = recording_store()
     stage = RowRun(job, store).trained(job.table.rows[row], 1)
-    return stage.key, captured["train"]
+    return stage.key, store.settings["train"]
+
+
+def recording_store() -> PlannedStore:
+    """A planned store that also keeps the settings each kind of stage was keyed with."""
+
+    class Recording(PlannedStore):
+        def __init__(self):
+            super().__init__()
+            self.settings = {}
+
+        def run(self, kind, settings, inputs, build):
+            self.settings.setdefault(kind, settings)
+            return super().run(kind, settings, inputs, build)
+
+    return Recording()
 
 
 def test_one_recipe_trains_once_across_dpr_nq_taser_nq_and_table_3():
@@ -199,12 +211,9 @@ def test_the_cpu_thread_count_is_keyed_where_it_changes_the_bits(tiny_pretrained
 
 def test_the_hybrid_fuses_the_depth_its_row_names():
     job = job_of(["table=dpr_nq", "row=hybrid"])
-    store = PlannedStore()
-    seen = {}
-    real_run = store.run
-    store.run = lambda kind, settings, inputs, build: seen.setdefault(kind, settings) and real_run(kind, settings, inputs, build)
+    store = recording_store()
     RowRun(job, store).evaluate(job.table.rows["hybrid"], 1)
-    assert seen["evaluate"]["candidates"] == 2000
+    assert store.settings["evaluate"]["candidates"] == 2000
     with pytest.raises(ValueError, match="candidates"):
         job_of(["table=dpr_nq", "row=dpr", "+table.rows.dpr.candidates=50"])
 
@@ -256,6 +265,12 @@ def test_the_report_takes_the_tables_columns_and_marks_rows_without_figures(tmp_
     assert report_ks(runs) == [1, 5, 20, 100]
     table = reference_table(runs)
     assert "| hybrid | NQ | – | not reported |" in table and "| BM25 | NQ | top-20 | 59.1 |" in table
+    from taser.evaluation.report import write_report
+    from taser.pipeline.jobs import ReportJob
+
+    assert ReportJob(runs=[str(tmp_path)]).ks is None  # the script's default: the table's columns
+    markdown = write_report(runs, tmp_path / "report", None, ["nDCG@10"], "t", None)["markdown"]
+    assert "top-1" in markdown and "top-5" in markdown
 
 
 def test_a_jobs_log_file_keeps_the_scripts_lines(tmp_path):
@@ -290,3 +305,22 @@ def test_a_rows_training_files_are_identified_once_per_run(squad4, tiny_pretrain
     run = RowRun(job)
     first = run.train_files(job.table.rows["dpr"], 1)
     assert run.train_files(job.table.rows["dpr"], 1) == first and calls.count("train.json") == 1
+
+
+def test_a_job_on_another_allocation_than_the_tables_says_so(tmp_path, caplog):
+    """dpr_nq is DPR's 16 questions per GPU on 8 GPUs: on one process it is another recipe (its own key), and a warning says so."""
+    from taser.pipeline.stages import Stage
+
+    class KeysOnly(StageStore):  # a real store's view (not a plan) that builds nothing
+        def run(self, kind, settings, inputs, build):
+            return Stage(stage_key(kind, settings, inputs), tmp_path, False, 0.0)
+
+    # Table 3's batch-128 row sets its own batch on one process: as documented, no warning
+    for table, row, processes, warned in (("dpr_nq", "dpr", "1", True), ("dpr_nq", "dpr", "8", False), ("dpr_table3", "bm25-1-b128", "1", False)):
+        caplog.clear()
+        job = job_of([f"table={table}", f"row={row}", f"processes={processes}"])
+        run = RowRun(job, KeysOnly(tmp_path))
+        run.train_files = lambda row, seed: ([], ["train-key"])
+        with caplog.at_level(logging.WARNING, logger="taser.pipeline.rows"):
+            run.trained(job.table.rows[row], 1)
+        assert ("documented for a global batch of" in caplog.text) == warned, (table, row, caplog.text)

@@ -178,8 +178,7 @@ class RowRun:
         return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build)
 
     def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
-        documented = {**self.table.train, **row.train}
-        expected = int(documented.get("batch_size", 16)) * self.table.processes * int(documented.get("grad_accumulation", 1))
+        expected = self.table.global_batch(row)
         if global_batch != expected and not self.store.planned:
             log.warning("table %s, row %s is documented for a global batch of %d questions (%d processes); this job trains on %d "
                         "process(es): %d questions per step, another recipe than the table's (its own stages)", self.table.name, row.name,

@@ -138,10 +138,11 @@ class TableSpec:
             if needs_uses and self.rows[row.uses].kind != RowKind.trained:
                 raise ValueError(f"table {self.name}, row {key}: uses={row.uses} is not a trained row")
 
-    @property
-    def global_batch(self) -> int:
-        """Questions per optimiser step of a trained row as documented (batch x processes x accumulation)."""
-        return int(self.train.get("batch_size", 16)) * self.processes * int(self.train.get("grad_accumulation", 1))
+    def global_batch(self, row: RowSpec | None = None) -> int:
+        """Questions per optimiser step of a trained row (default: the table's settings) on the
+        documented `processes`: per-process batch x processes x accumulation."""
+        train = {**self.train, **(row.train if row else {})}
+        return int(train.get("batch_size", 16)) * self.processes * int(train.get("grad_accumulation", 1))
 
     def row(self, key: str) -> RowSpec:
         if key not in self.rows:

@@ -73,7 +73,7 @@ def sharing_markdown(tables: list[str] | None = None) -> str:
         job = compose_job(table)
         spec = job.table
         out.append(f"#### `{table}`\n\n{spec.title}. Planned with {spec.processes} training process(es) per trained row "
-                   f"(global batch {spec.global_batch} questions per step), at seed {min(spec.seeds)}; a trained row's stages are "
+                   f"(global batch {spec.global_batch()} questions per step), at seed {min(spec.seeds)}; a trained row's stages are "
                    "its own at each seed, the others are shared by every seed.\n")
         out.append("| stages (kind) | rows of this table | also used by |\n|---|---|---|")
         groups: dict[tuple, list[str]] = {}  # stages with the same users, on one line
