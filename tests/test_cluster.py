@@ -3,8 +3,8 @@ started by `slurm_cluster.SlurmCluster`) runs the documented cluster commands at
 Hydra's real submitit SLURM launcher. Marked `cluster`: `make test-cluster` runs them (`.ci/run`
 after `make test`); skipped with the reason where SLURM is not installed.
 
-- a table sweep (two rows x two seeds, the hybrid needing dpr's model) to the report, each job's
-  allocation and queue wait recorded;
+- a table sweep (three rows x two seeds, the hybrid needing dpr's model) in waves to the report,
+  each job's allocation and queue wait recorded, no job waiting on a lock in its allocation;
 - a job of several tasks (submitit's tasks_per_node=2) refused before any stage starts, where it
   used to deadlock;
 - `srun -n 2 scripts/encode_passages.py`: one shard per task, where every task encoded everything.
@@ -16,12 +16,15 @@ import sys
 import pytest
 from conftest import ROOT
 from slurm_cluster import SlurmCluster, missing
-from test_experiment import records, report_of, squad4, tiny  # noqa: F401 - squad4 is a fixture
+from test_experiment import prepared, records, report_of, squad4, tiny, waited  # noqa: F401 - squad4 is a fixture
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 JOB_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 SLURM_CPU = ["hydra/launcher=slurm_cpu", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=15"]
+# each job class's resources (the table sweeper's launchers), told apart by their memory
+CLASSES = ["hydra.sweeper.launchers.cpu={gpus_per_node:0,cpus_per_task:1,mem_gb:1,timeout_min:14}",
+           "hydra.sweeper.launchers.evaluate={gpus_per_node:1,cpus_per_task:1,mem_gb:1,timeout_min:13}"]
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +37,30 @@ def experiment(cluster, *args, timeout=1200):
     return cluster.run(sys.executable, str(ROOT / "scripts" / "experiment.py"), *args, check=False, timeout=timeout, cwd=ROOT, env=JOB_ENV)
 
 
-def test_a_table_sweep_runs_as_slurm_jobs_to_the_report(cluster, squad4, tiny_pretrained, tmp_path):  # noqa: F811
+def test_a_table_sweep_runs_as_slurm_jobs_in_waves_to_the_report(cluster, squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    """BM25, dpr and its hybrid at two seeds: the CPU stages in a prepare job first, the hybrids after
+    dpr's jobs; no job ever waits on another's stage lock inside its allocation; the CPU and
+    evaluation jobs on their own (smaller) resources."""
     sweep = tmp_path / "sweep"
-    done = experiment(cluster, "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), "row=dpr,hybrid", "seed=1,2",
-                      f"hydra.sweep.dir={sweep}", *SLURM_CPU)
+    done = experiment(cluster, "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), "row=bm25,dpr,hybrid", "seed=1,2",
+                      f"hydra.sweep.dir={sweep}", *SLURM_CPU, *CLASSES)
     assert done.returncode == 0, done.stderr[-4000:] + cluster.logs()
     recs = records(sweep)
-    assert sorted(recs) == [("dpr", 1), ("dpr", 2), ("hybrid", 1), ("hybrid", 2)]
+    assert sorted(recs) == [("bm25", 1), ("bm25", 2), ("dpr", 1), ("dpr", 2), ("hybrid", 1), ("hybrid", 2)]
     trained = sum(1 for r in recs.values() for s in r["stages"] if s["stage"] == "train dpr" and s["built"])
-    assert trained == 2  # dpr at each seed, once, whichever job came first
-    for record in recs.values():
+    assert trained == 2  # dpr at each seed, once
+    assert waited(sweep) == []  # before: the hybrids (and the second seed's job) waited on dpr's locks holding their allocations
+    [prepare] = prepared(sweep)
+    assert [s["stage"] for s in prepare["stages"] if s["built"]] == ["data", "questions", "BM25 index", "negatives"]
+    memory = {("prepare", prepare["row"]): prepare["allocation"]["memory_mb"], **{key: r["allocation"]["memory_mb"] for key, r in recs.items()}}
+    assert memory == {("prepare", "dpr"): "1024", ("bm25", 1): "1024", ("bm25", 2): "1024", ("dpr", 1): "2048", ("dpr", 2): "2048",
+                      ("hybrid", 1): "1024", ("hybrid", 2): "1024"}  # cpu and evaluate classes: launchers.<class>; training: the sweep's
+    for record in [*recs.values(), prepare]:
         allocation = record["allocation"]
         assert allocation["scheduler"] == "slurm" and allocation["job_id"] and allocation["cpus_per_task"] == "1"
         assert allocation["waited_s"] >= 0  # how long it queued, from squeue
+    starts = {key: r["allocation"]["started"] for key, r in recs.items()}
+    assert starts[("hybrid", 1)] >= max(starts[("dpr", 1)], starts[("dpr", 2)]) >= prepare["allocation"]["started"]
     assert "hybrid BM25 + dpr" in report_of(sweep, tmp_path)
 
 

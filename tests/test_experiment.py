@@ -57,8 +57,21 @@ def records(sweep: Path) -> dict[tuple[str, int], dict]:
     return found
 
 
-def built(recs: dict, label: str) -> int:
-    return sum(1 for r in recs.values() for s in r["stages"] if s["stage"] == label and s["built"])
+def prepared(sweep: Path) -> list[dict]:
+    """The records of the sweep's prepare jobs (the CPU stages, built before the rows' jobs start)."""
+    return [json.loads(p.read_text()) for p in sweep.glob("prepare/*/prepare.json")]
+
+
+def built(recs: dict, label: str, sweep: Path | None = None) -> int:
+    """How many jobs built the stage `label` (with `sweep`: its prepare jobs counted too)."""
+    every = list(recs.values()) + (prepared(sweep) if sweep else [])
+    return sum(1 for r in every for s in r["stages"] if s["stage"] == label and s["built"])
+
+
+def waited(sweep: Path) -> list[tuple[str, str, float]]:
+    """(job, stage, seconds) for every stage a job of the sweep waited for on another job's lock."""
+    every = [(f"{r['row']}/{r['seed']}", r) for r in records(sweep).values()] + [(f"prepare {r['row']}", r) for r in prepared(sweep)]
+    return [(name, s["stage"], s["waited_s"]) for name, r in every for s in r["stages"] if s["waited_s"] > 0]
 
 
 def report_of(sweep: Path, tmp_path: Path) -> str:
@@ -88,7 +101,9 @@ def test_a_table_through_the_basic_launcher_builds_each_shared_stage_once(squad4
     assert sorted(calls) == [1, 2]  # dpr at each seed, once: the hybrid found it
     recs = records(sweep)
     assert sorted(recs) == [("dpr", 1), ("dpr", 2), ("hybrid", 1), ("hybrid", 2)]
-    assert built(recs, "data") == 1 and built(recs, "BM25 index") == 1 and built(recs, "train dpr") == 2 and built(recs, "index dpr") == 2
+    assert built(recs, "data", sweep) == 1 and built(recs, "BM25 index", sweep) == 1 and built(recs, "train dpr") == 2 and built(recs, "index dpr") == 2
+    assert [(r["row"], [s["stage"] for s in r["stages"] if s["built"]]) for r in prepared(sweep)] == [("dpr", ["data", "questions", "BM25 index", "negatives"])]
+    assert waited(sweep) == []
     assert all(not s["built"] for s in recs[("hybrid", 2)]["stages"] if s["stage"] not in ("evaluate", "read"))
     results = json.loads((sweep / "hybrid" / "seed-2" / "retrieval" / "results.json").read_text())
     assert results["seed"] == 2 and results["name"] == "hybrid BM25 + dpr" and (sweep / "hybrid" / "seed-2" / "retrieval" / "per_query.jsonl").is_file()
@@ -116,7 +131,8 @@ def test_a_table_through_submitits_local_executor(squad4, tiny_pretrained, tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     recs = records(sweep)
     assert sorted(recs) == [("dpr", 1), ("dpr", 2), ("hybrid", 1), ("hybrid", 2)]
-    assert built(recs, "train dpr") == 2 and built(recs, "data") == 1 and built(recs, "BM25 index") == 1
+    assert built(recs, "train dpr") == 2 and built(recs, "data", sweep) == 1 and built(recs, "BM25 index", sweep) == 1
+    assert waited(sweep) == []  # in waves: the hybrids start after dpr's jobs, the rows after the prepare job
     assert "hybrid BM25 + dpr" in report_of(sweep, tmp_path)
 
 
@@ -136,13 +152,13 @@ def test_the_training_key_ignores_where_and_how_loudly(squad4, tiny_pretrained, 
         job = job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + extra + ["row=dpr", "out_dir=/elsewhere"])
         run = RowRun(job)
         run.train_files = lambda row, seed: ([], ["train-key"])
-        run._run = lambda label, kind, settings, inputs, build: keys.add(stage_key(kind, settings, inputs))
+        run._run = lambda label, kind, settings, inputs, build, owner=None: keys.add(stage_key(kind, settings, inputs))
         run.trained(job.table.rows["dpr"], 1)
     assert len(keys) == 1
     job = job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + ["row=dpr", "table.train.learning_rate=0.001"])
     run = RowRun(job)
     run.train_files = lambda row, seed: ([], ["train-key"])
-    run._run = lambda label, kind, settings, inputs, build: keys.add(stage_key(kind, settings, inputs))
+    run._run = lambda label, kind, settings, inputs, build, owner=None: keys.add(stage_key(kind, settings, inputs))
     run.trained(job.table.rows["dpr"], 1)
     assert len(keys) == 2  # a setting that matters: a new key
 

@@ -24,12 +24,13 @@ from taser.io import atomic_open, atomic_path
 from taser.pipeline.allocation import allocation
 from taser.pipeline.process_tree import run_tree
 from taser.pipeline.stage_settings import model_key, train_key
-from taser.pipeline.stages import Stage, StageStore, code_commit, file_identity
-from taser.pipeline.table import DataKind, ExperimentJob, Negatives, RowKind, RowSpec, TableSpec
+from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity
+from taser.pipeline.table import DataKind, ExperimentJob, JobPhase, Negatives, RowKind, RowSpec, TableSpec
 
 log = logging.getLogger(__name__)
 
 EXPERIMENT_FILE = "experiment.json"
+PREPARE_FILE = "prepare.json"  # a prepare job's record (phase=prepare), in its own directory
 RETRIEVAL_DIR, READER_DIR = "retrieval", "reader"  # under the job's directory: each holds a results.json and per_query.jsonl
 
 
@@ -45,6 +46,7 @@ class RowRun:
         self.job, self.table = job, job.table
         self.store = store or StageStore(job.stages_dir)
         self.stages: list[tuple[str, Stage]] = []
+        self.owners: dict[str, str] = {}  # stage key -> the row (key) whose own stage it is (train, initial, index, dense negatives)
         self._data: dict | None = None
         self._train_files: dict[tuple[str, int], tuple[list[str], list]] = {}
 
@@ -55,10 +57,12 @@ class RowRun:
             return {"file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name}
         return file_identity(path)
 
-    def _run(self, label: str, kind: str, settings: dict, inputs: dict, build) -> Stage:
+    def _run(self, label: str, kind: str, settings: dict, inputs: dict, build, owner: RowSpec | None = None) -> Stage:
         stage = self.store.run(kind, settings, inputs, build)
         if all(s.key != stage.key for _, s in self.stages):
             self.stages.append((label, stage))
+        row = owner or self.table.row(self.job.row)
+        self.owners.setdefault(stage.key, next(key for key, spec in self.table.rows.items() if spec is row))
         return stage
 
     # -- data ----------------------------------------------------------------------------
@@ -145,7 +149,7 @@ class RowRun:
             stage = self._run("negatives", f"negatives-{args['retriever']}", mine, inputs,
                               lambda d, s=source, a=args: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
                                                                          num_hard_negatives=ev.mine_negatives, match=ev.match,
-                                                                         progress=self.job.progress, **a))
+                                                                         progress=self.job.progress, **a), owner=row)
             files.append(str(stage.dir / "train.json"))
             ids.append(stage.key)
         return files, ids
@@ -175,7 +179,7 @@ class RowRun:
                 run_training(model, files, run, d)
             shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
-        return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build)
+        return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
 
     def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
         expected = self.table.global_batch(row)
@@ -197,7 +201,7 @@ class RowRun:
         from taser.pipeline.experiment import save_initial
 
         model = self.model_settings(row)
-        return self._run(f"initial {row.name}", "initial", {"model": model_key(model)}, {}, lambda d: save_initial(model, d))
+        return self._run(f"initial {row.name}", "initial", {"model": model_key(model)}, {}, lambda d: save_initial(model, d), owner=row)
 
     def checkpoint(self, row: RowSpec, seed: int) -> tuple[Stage, str]:
         if row.kind == RowKind.zero_shot:
@@ -217,7 +221,7 @@ class RowRun:
         settings = {"precision": vectors_precision("torch", ev.precision, pick_device(ev.device)), "backend": "torch"}
         return self._run(f"index {row.name}", "dense-index", settings, {"checkpoint": model.key, "passages": data["ids"]["passages"]},
                          lambda d: dense_index(checkpoint, data["passages"], d, min(ev.batch_size, 64), ev.precision, ev.device,
-                                               chunk_size=ev.chunk_size))
+                                               chunk_size=ev.chunk_size), owner=row)
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, row: RowSpec, seed: int) -> Stage:
@@ -316,11 +320,38 @@ def refuse_several_tasks(environ=None) -> None:
                            "training stage starts one rank per GPU itself (processes=N, default: every visible GPU)")
 
 
+def stage_records(stages: list[tuple[str, Stage]]) -> list[dict]:
+    return [{"stage": label, "key": s.key, "dir": str(s.dir), "built": s.built, "seconds": round(s.seconds, 3), "waited_s": round(s.waited, 3)}
+            for label, s in stages]
+
+
+def prepare_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
+    """phase=prepare: build only the row's CPU stages (CPU_KINDS), so the job that then runs the row on
+    GPUs finds them; its record goes to `prepare.json` in the job's directory (no results)."""
+    from taser.runtime import describe_hardware
+
+    start = time.perf_counter()
+    run = RowRun(job, store or PrepareStore(job.stages_dir))
+    run.evaluate(job.table.row(job.row), job.seed)
+    stages = [(label, s) for label, s in run.stages if s.key.rsplit("-", 1)[0] in CPU_KINDS]
+    record = {"table": job.table.name, "row": job.row, "seed": job.seed, "phase": str(job.phase), "commit": code_commit(),
+              "machine": describe_hardware(), "allocation": allocation(), "seconds": time.perf_counter() - start, "stages": stage_records(stages)}
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out / PREPARE_FILE) as f:
+        json.dump(record, f, indent=2, default=str)
+    log.info("%s / %s: prepared %d CPU stages (%s) in %.0f s", job.table.name, job.row, len(stages),
+             ", ".join(label for label, _ in stages) or "none", record["seconds"])
+    return record
+
+
 def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     """Run (or find) every stage of `job.row` at `job.seed`; write the row's files into `job.out_dir`."""
     from taser.runtime import describe_hardware
 
     refuse_several_tasks()
+    if job.phase == JobPhase.prepare:
+        return prepare_row(job, store)
     start = time.perf_counter()
     table: TableSpec = job.table
     row = table.row(job.row)
@@ -336,7 +367,7 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
         "reference": row.reference, "reference_source": table.reference_source, "commit": code_commit(), "machine": describe_hardware(),
         "allocation": allocation(),
         "seconds": time.perf_counter() - start, "job": asdict(job),
-        "stages": [{"stage": label, "key": s.key, "dir": str(s.dir), "built": s.built, "seconds": round(s.seconds, 3)} for label, s in run.stages],
+        "stages": stage_records(run.stages),
     }  # fmt: skip
     if writes_results:
         _publish(evaluated.dir, out / RETRIEVAL_DIR, row.reference, report_ks=table.report_ks)

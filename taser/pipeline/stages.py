@@ -68,6 +68,7 @@ class Stage:
     dir: Path
     built: bool  # built by this call (False: found done)
     seconds: float  # this call's time on it (building, or waiting for another process's build)
+    waited: float = 0.0  # of which waiting for another process's lock on it (a table's sweep schedules its jobs so none waits)
 
     @property
     def record(self) -> dict:
@@ -98,7 +99,7 @@ class StageStore:
             return Stage(key, directory, False, 0.0)
         with self._lock(key) as lock:
             if self.done(key):  # another process built it while this one waited
-                return Stage(key, directory, False, time.perf_counter() - start)
+                return Stage(key, directory, False, time.perf_counter() - start, lock.waited)
             directory.mkdir(parents=True, exist_ok=True)
             log.info("stage %s: building in %s", key, directory)
             build(directory)
@@ -108,7 +109,7 @@ class StageStore:
                 json.dump({"key": key, "kind": kind, "version": stage_code.version(kind), "settings": settings, "inputs": inputs,
                            "commit": code_commit(), "seconds": seconds,
                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f, indent=2, default=str)
-        return Stage(key, directory, True, seconds)
+        return Stage(key, directory, True, seconds, lock.waited)
 
     def _lock(self, key: str):
         return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s)
@@ -127,6 +128,21 @@ class PlannedStore(StageStore):
     def run(self, kind: str, settings: dict, inputs: dict, build: Callable[[Path], None]) -> Stage:
         key = stage_key(kind, settings, inputs)
         self.kinds[key] = kind
+        return Stage(key, self.dir(key), False, 0.0)
+
+
+CPU_KINDS = frozenset({"squad", "qa-subset", "passages-subset", "bm25-index", "negatives-bm25"})  # stages that never use a GPU
+
+
+class PrepareStore(StageStore):
+    """A store that builds only the stages of CPU_KINDS (data, BM25's index and mined negatives) and
+    names the others without building them: a row's CPU work, done by a CPU job before the jobs that
+    hold GPUs start (`JobPhase.prepare`, scheduled by the table's sweep)."""
+
+    def run(self, kind: str, settings: dict, inputs: dict, build: Callable[[Path], None]) -> Stage:
+        if kind in CPU_KINDS:
+            return super().run(kind, settings, inputs, build)
+        key = stage_key(kind, settings, inputs)
         return Stage(key, self.dir(key), False, 0.0)
 
 
@@ -165,10 +181,12 @@ class _FileLock:
         self.stale_after_s = STALE_AFTER_S if stale_after_s is None else stale_after_s
         self.token = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
         self._stop: threading.Event | None = None
+        self.waited = 0.0  # seconds spent waiting for another holder
 
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         waited = False
+        start = time.perf_counter()
         while True:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -180,6 +198,7 @@ class _FileLock:
                     waited = True
                 time.sleep(self.poll_s)
                 continue
+            self.waited = time.perf_counter() - start if waited else 0.0
             with os.fdopen(fd, "w") as f:
                 json.dump({"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid()), "since": time.time(),
                            "token": self.token}, f)

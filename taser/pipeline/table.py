@@ -26,6 +26,11 @@ class Negatives(Choice):
     given = "given"  # the training files' own hard negatives (DPR's files carry BM25's)
 
 
+class JobPhase(Choice):
+    row = "row"  # the row's whole chain of stages, then its results
+    prepare = "prepare"  # only the row's CPU stages (data, BM25 index, BM25-mined negatives): a table's sweep runs them on CPU jobs first
+
+
 class DataKind(Choice):
     squad = "squad"  # a SQuAD JSON split into the shipped protocol (passages, training and evaluation questions)
     files = "files"  # DPR's files under data_dir (fetched with scripts/download.py)
@@ -164,8 +169,10 @@ class ExperimentJob:
     # a smoke run of any table: every trained row this many steps, the first 100 questions over the first 20,000 passages
     # (checks the whole chain in minutes; its stages have keys of their own, and its figures are not the paper's)
     smoke_steps: int | None = None
+    phase: JobPhase = JobPhase.row
 
     def __post_init__(self):
+        self.phase = JobPhase.parse(self.phase, "phase")
         if self.processes is not None and self.processes < 1:
             raise ValueError(f"processes must be >= 1 or null (one per visible GPU), got {self.processes}")
         if isinstance(self.table, dict):

@@ -20,44 +20,52 @@ class SweepRefused(ValueError):
 
 
 def sweep_jobs(overrides: list[str], config_name: str) -> list[tuple[list[str], object]]:
-    """[(the job's sweep overrides, its typed config or the exception composing it raised)] for every job.
+    """[(the job's sweep overrides, its typed config or the exception composing it raised)] for every job."""
+    from hydra import initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name=config_name):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration(config_name, overrides, run_mode=RunMode.MULTIRUN)
+        params = [f"{key}={value}" for key, value in (master.hydra.sweeper.params or {}).items()] + list(overrides)
+        parser = OverridesParser.create(config_loader=loader)
+        jobs = [list(job) for job in BasicSweeper.split_arguments(parser.parse_overrides(params), None)[0]]
+        return compose_jobs(loader, master, jobs)
+
+
+def compose_jobs(loader, master, jobs: list[list[str]]) -> list[tuple[list[str], object]]:
+    """Each job's overrides composed over the sweep's `master` config and typed (or the exception).
 
     Jobs that choose the same config groups (`table=...`) are composed once; each job's other
     overrides are then applied to a copy, as Hydra applies them after composing (and 45 jobs take
     a second instead of ten)."""
     import copy
 
-    from hydra import initialize_config_dir
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.types import RunMode
     from omegaconf import open_dict
 
-    jobs, composed = [], {}
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name=config_name):
-        loader = GlobalHydra.instance().config_loader()
-        master = loader.load_configuration(config_name, overrides, run_mode=RunMode.MULTIRUN)
-        params = [f"{key}={value}" for key, value in (master.hydra.sweeper.params or {}).items()] + list(overrides)
-        parser = OverridesParser.create(config_loader=loader)
-        for job in BasicSweeper.split_arguments(parser.parse_overrides(params), None)[0]:
-            job = list(job)
-            try:
-                parsed = parser.parse_overrides(job)
-                groups = tuple(o.input_line for o in parsed if loader.repository.group_exists(o.key_or_group))
-                if groups not in composed:
-                    composed[groups] = loader.load_sweep_config(master, list(groups))
-                cfg = copy.deepcopy(composed[groups])
-                ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], cfg)
-                with open_dict(cfg):
-                    del cfg["hydra"]
-                    if "out_dir" in cfg:
-                        cfg.out_dir = "sweep-check"  # the launcher sets each job's own
-                jobs.append((job, typed(cfg)))
-            except Exception as error:  # noqa: BLE001 - each job's failure is reported, whatever it is
-                jobs.append((job, error))
-    return jobs
+    parser = OverridesParser.create(config_loader=loader)
+    out, composed = [], {}
+    for job in jobs:
+        try:
+            parsed = parser.parse_overrides(job)
+            groups = tuple(o.input_line for o in parsed if loader.repository.group_exists(o.key_or_group))
+            if groups not in composed:
+                composed[groups] = loader.load_sweep_config(master, list(groups))
+            cfg = copy.deepcopy(composed[groups])
+            ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], cfg)
+            with open_dict(cfg):
+                del cfg["hydra"]
+                if "out_dir" in cfg:
+                    cfg.out_dir = "sweep-check"  # the launcher sets each job's own
+            out.append((job, typed(cfg)))
+        except Exception as error:  # noqa: BLE001 - each job's failure is reported, whatever it is
+            out.append((job, error))
+    return out
 
 
 def check_sweep(argv: list[str], config_name: str = "experiment") -> int:

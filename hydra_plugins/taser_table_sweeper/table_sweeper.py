@@ -1,0 +1,134 @@
+"""The sweeper of a paper's table (`hydra/sweeper=table`, scripts/experiment.py's default): Hydra's
+basic sweeper, with the sweep's jobs launched in waves (`taser.sweeps.schedule`) so that no job
+waits in an allocation for a stage another job builds, and each class of job on its own resources:
+
+- `cpu` (prepare jobs, BM25 rows) and `evaluate` (jobs that train nothing) take, on a SLURM launcher,
+  the sweep's launcher settings with `launchers.<class>` over them (never more GPUs than the sweep's);
+  `train` jobs take the sweep's launcher as given; local launchers run every class as they are;
+- a wave's classes are launched at once on SLURM (each a job array), one after another locally;
+- a failed job stops only the jobs that need its stages; the sweep then fails, naming them.
+
+The schedule is logged and written to `schedule.json` in the sweep's directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
+from omegaconf import OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+
+class SweepFailed(RuntimeError):
+    """Jobs of the sweep failed (and the jobs that needed their stages were not started)."""
+
+
+class TableSweeper(BasicSweeper):
+    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, launchers: dict | None = None, waves: bool = True) -> None:
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        self.launchers = {k: dict(v or {}) for k, v in (OmegaConf.to_container(launchers) if OmegaConf.is_config(launchers) else launchers or {}).items()}
+        self.waves = waves
+        self.task_function = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.task_function = task_function
+
+    def sweep(self, arguments: list[str]) -> Any:
+        if not self.waves:
+            return super().sweep(arguments)
+        from taser.sweeps.check import compose_jobs
+        from taser.sweeps.schedule import schedule
+
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = [list(job) for job in self.split_arguments(parser.parse_overrides(self._parse_config() + list(arguments)), None)[0]]
+        composed = compose_jobs(self.hydra_context.config_loader, self.config, overrides)
+        failed = [f"{' '.join(job)}: {result}" for job, result in composed if isinstance(result, Exception)]
+        if failed:
+            raise SweepFailed("jobs of the sweep do not compose:\n" + "\n".join(failed))
+        plan = schedule(composed)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        (sweep_dir / "schedule.json").write_text(json.dumps(plan.record(), indent=2))
+        log.info("the sweep's %d jobs in %d waves:\n%s", len(plan.jobs), len(plan.waves()), plan.describe())
+
+        slurm = "slurm" in str(self.config.hydra.launcher.get("_target_", "")).lower()
+        launchers = {klass: self._launcher(klass if slurm else None) for klass in ("cpu", "train", "evaluate")}
+        status: dict[int, bool] = {}  # job index -> succeeded
+        returns, next_idx = [], 0
+        for number, wave in enumerate(plan.waves()):
+            batches = []
+            for klass, indices in wave.items():
+                runnable = [i for i in indices if all(status.get(n) for n in plan.jobs[i].needs)]
+                for i in set(indices) - set(runnable):
+                    status[i] = False
+                    log.error(
+                        "not started: %s (it needs the stages of %s, which failed)",
+                        plan.jobs[i].name,
+                        ", ".join(plan.jobs[n].name for n in plan.jobs[i].needs if not status.get(n)),
+                    )
+                if runnable:
+                    batches.append((klass, runnable, next_idx))
+                    next_idx += len(runnable)
+            log.info("wave %d: %s", number, "; ".join(f"{len(ids)} {klass} job(s)" for klass, ids, _ in batches) or "nothing to start")
+
+            def launch(batch, launchers=launchers, plan=plan):
+                return _launch(launchers[batch[0]], batch, [plan.jobs[i].overrides for i in batch[1]])
+
+            if slurm and len(batches) > 1:  # separate SLURM arrays: waited for side by side
+                with ThreadPoolExecutor(len(batches)) as pool:
+                    outcomes = list(pool.map(launch, batches))
+            else:  # local launchers run jobs in this process (basic) or its pool: one batch at a time
+                outcomes = [launch(b) for b in batches]
+            for (klass, indices, _), results, error in outcomes:
+                if error is not None:
+                    log.error("the %s jobs %s were lost: %s", klass, ", ".join(plan.jobs[i].name for i in indices), error)
+                    status.update({i: False for i in indices})
+                    continue
+                for i, result in zip(indices, results):
+                    status[i] = result.status == JobStatus.COMPLETED
+                    if not status[i]:
+                        try:
+                            result.return_value  # noqa: B018 - raises the job's exception
+                        except Exception as failure:  # noqa: BLE001
+                            log.error("job failed: %s: %s: %s", plan.jobs[i].name, type(failure).__name__, failure)
+                returns.append(results)
+        failures = [plan.jobs[i].name for i, ok in sorted(status.items()) if not ok]
+        if failures:
+            raise SweepFailed(
+                f"{len(failures)} of the sweep's {len(plan.jobs)} jobs failed or were not started: {', '.join(failures)}; "
+                "their errors are above (and in each job's log). Rerun the same command: every finished stage is found"
+            )
+        return returns
+
+    def _launcher(self, klass: str | None):
+        """The sweep's launcher, or for a job class on SLURM that launcher with `launchers.<class>` over it."""
+        overrides = dict(self.launchers.get(klass) or {}) if klass else {}
+        if not overrides:
+            return self.launcher
+        config = copy.deepcopy(self.config)
+        with open_dict(config):
+            gpus = config.hydra.launcher.get("gpus_per_node")
+            if "gpus_per_node" in overrides and gpus is not None:
+                overrides["gpus_per_node"] = min(int(overrides["gpus_per_node"]), int(gpus))
+            for key, value in overrides.items():
+                config.hydra.launcher[key] = value
+        return Plugins.instance().instantiate_launcher(hydra_context=self.hydra_context, task_function=self.task_function, config=config)
+
+
+def _launch(launcher, batch: tuple, overrides: list[list[str]]):
+    try:
+        return batch, launcher.launch(overrides, initial_job_idx=batch[2]), None
+    except Exception as error:  # noqa: BLE001 - a lost batch (a cancelled array): its jobs failed, the others go on
+        return batch, None, error

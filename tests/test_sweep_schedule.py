@@ -1,0 +1,102 @@
+"""A table's sweep in waves (taser.sweeps.schedule, the table sweeper): no job waits for a stage that
+another job builds, CPU work runs in CPU jobs, and a failed job stops only the jobs that need it."""
+
+import json
+import runpy
+import sys
+
+import pytest
+from conftest import ROOT
+from test_experiment import squad4, tiny  # noqa: F401 - squad4 is a fixture
+
+from taser.pipeline.stages import CPU_KINDS
+from taser.sweeps.check import sweep_jobs
+from taser.sweeps.schedule import schedule
+
+
+@pytest.fixture(scope="module")
+def schedules():
+    import logging
+
+    logging.disable(logging.WARNING)
+    try:
+        return {table: schedule(sweep_jobs([f"table={table}"], "experiment")) for table in ("squad_cpu", "dpr_nq")}
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@pytest.fixture(params=["squad_cpu", "dpr_nq"])
+def table_schedule(request, schedules):
+    return request.param, schedules[request.param]
+
+
+def test_every_stage_has_one_builder_that_runs_in_an_earlier_wave_than_its_other_users(table_schedule):
+    _, plan = table_schedule
+    every = {key for job in plan.jobs for key, _ in job.stages}
+    assert set(plan.builders) == every
+    for i, job in enumerate(plan.jobs):
+        for key, _ in job.stages:
+            builder = plan.builders[key]
+            assert builder == i or plan.jobs[builder].wave < job.wave, (job.name, key, plan.jobs[builder].name)
+        assert job.needs == {plan.builders[key] for key, _ in job.stages} - {i}
+
+
+def test_cpu_stages_are_built_by_cpu_jobs_and_bm25_rows_hold_no_gpu(table_schedule):
+    table, plan = table_schedule
+    for key, builder in plan.builders.items():
+        kind = key.rsplit("-", 1)[0]
+        assert (plan.jobs[builder].klass == "cpu") == (kind in CPU_KINDS or plan.jobs[builder].job.row == "bm25"), (key, plan.jobs[builder].name)
+    rows = {(j.job.row, j.job.seed): j for j in plan.jobs if not j.prepare}
+    assert {j.klass for (row, _), j in rows.items() if row == "bm25"} == {"cpu"}
+    assert all(j.klass == "train" for (row, _), j in rows.items() if row == "dpr")
+    assert {j.klass for (row, _), j in rows.items() if row == "hybrid"} == {"evaluate"}  # it trains nothing: a smaller allocation
+    prepares = [j for j in plan.jobs if j.prepare]
+    assert len(prepares) == 1 and prepares[0].wave == 0 and "phase=prepare" in prepares[0].overrides
+    assert all(kind in CPU_KINDS for _, kind in prepares[0].stages)
+
+
+def test_a_row_that_uses_another_rows_model_runs_after_that_rows_job_at_its_seed(table_schedule):
+    _, plan = table_schedule
+    jobs = {(j.job.row, j.job.seed): j for j in plan.jobs if not j.prepare}
+    for (row, seed), job in jobs.items():
+        uses = job.job.table.rows[row].uses
+        if uses:
+            assert jobs[(uses, seed)].wave < job.wave
+            assert {plan.jobs[n].job.row for n in job.needs if not plan.jobs[n].prepare} == {uses}
+
+
+def test_the_waves_of_dpr_nq(schedules):
+    plan = schedules["dpr_nq"]
+    names = [{klass: sorted(plan.jobs[i].name for i in ids) for klass, ids in wave.items()} for wave in plan.waves()]
+    assert names[0] == {"cpu": ["prepare hybrid seed 1"], "train": [f"{row} seed {s}" for row in ("dpr", "dpr-multi") for s in (1, 2, 3)]}
+    assert names[1] == {"cpu": ["bm25 seed 1"], "evaluate": ["hybrid seed 1", "hybrid seed 2", "hybrid seed 3"]}
+    assert names[2] == {"cpu": ["bm25 seed 2", "bm25 seed 3"]}  # they find seed 1's stages: a row without training reports once
+
+
+@pytest.mark.slow
+def test_a_failed_job_stops_only_the_jobs_that_need_its_stages(squad4, tiny_pretrained, tmp_path, monkeypatch, capfd):  # noqa: F811
+    """dpr at seed 1 fails: the hybrid at seed 1 (which needs dpr's model) is not started; seed 2's
+    jobs and the BM25 row run; the sweep then fails naming both."""
+    import taser.pipeline.rows as rows
+
+    started = []
+
+    def fake_run_row(job, store=None):
+        started.append((str(job.phase), job.row, job.seed))
+        if (str(job.phase), job.row, job.seed) == ("row", "dpr", 1):
+            raise RuntimeError("out of memory (on purpose)")
+        return {}
+
+    monkeypatch.setattr(rows, "run_row", fake_run_row)
+    sweep = tmp_path / "sweep"
+    monkeypatch.setattr(
+        sys, "argv", ["experiment.py", "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), "row=dpr,hybrid,bm25", "seed=1,2", f"hydra.sweep.dir={sweep}"]
+    )
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
+    assert started[0] == ("prepare", "dpr", 1)  # the CPU stages first
+    assert sorted(started[1:]) == [("row", "bm25", 1), ("row", "bm25", 2), ("row", "dpr", 1), ("row", "dpr", 2), ("row", "hybrid", 2)]
+    err = capfd.readouterr().err
+    assert "2 of the sweep's 7 jobs failed or were not started: dpr seed 1, hybrid seed 1" in err
+    record = json.loads((sweep / "schedule.json").read_text())
+    assert [sorted(wave) for wave in record["waves"]] == [["cpu"], ["cpu", "train"], ["cpu", "evaluate"]]
