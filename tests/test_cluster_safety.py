@@ -5,6 +5,7 @@ starts (item 1)."""
 
 import pytest
 import torch
+from test_experiment import squad4  # noqa: F401 - a fixture
 
 from taser.training import checkpoint
 from taser.training.distributed import PORT_BASE, master_port
@@ -133,3 +134,59 @@ def test_a_rows_allocation_record_names_its_slurm_job_or_none(monkeypatch):
     record = module.allocation({"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3", "SLURM_CPUS_PER_TASK": "4"})
     assert record["scheduler"] == "slurm" and record["job_id"] == "12" and record["cpus_per_task"] == "4"
     assert record["array_task"] == "7_3" and record["job"] == "7_3" and record["waited_s"] == 3.0  # squeue knows an array's task as A_T
+
+
+@pytest.mark.slow
+def test_a_hybrid_on_a_smaller_allocation_finds_the_model_its_row_trained_on_the_documented_one(squad4, tiny_pretrained, tmp_path, monkeypatch):  # noqa: F811
+    """Item 12: dpr trained on the table's 2 processes; the hybrid's job, on one (an evaluate-class
+    allocation), used to key dpr's training by its own allocation and train it again."""
+    from test_experiment import job_of, tiny
+
+    import taser.pipeline.rows as rows
+    import taser.pipeline.train as train_module
+    from taser.pipeline.stages import StageStore
+
+    def fake_torchrun(model, files, train, out, processes):
+        (out / "final").mkdir(parents=True)
+
+    monkeypatch.setattr(rows, "train_under_torchrun", fake_torchrun)
+    base = [*tiny(squad4, tiny_pretrained, tmp_path / "stages"), "table.processes=2"]
+    store = StageStore(tmp_path / "stages")
+    dpr = rows.RowRun(job_of([*base, "row=dpr", "processes=2"]), store)
+    trained = dpr.trained(dpr.table.rows["dpr"], 1)
+    assert trained.built
+    monkeypatch.setattr(train_module, "run_training", lambda *a, **k: pytest.fail("dpr trained again, on one process"))
+    hybrid = rows.RowRun(job_of([*base, "row=hybrid"]), store)  # processes: null, one on this CPU
+    found = hybrid.trained(hybrid.table.rows["dpr"], 1)
+    assert found.key == trained.key and not found.built
+    own = rows.RowRun(job_of([*base, "row=dpr"]), store)  # dpr's own job on one process: its own recipe (a global batch of 2), warned
+    with pytest.raises(pytest.fail.Exception, match="trained again"):
+        own.trained(own.table.rows["dpr"], 1)
+
+
+@pytest.mark.slow
+def test_a_trained_rows_index_is_encoded_by_every_process_of_its_job(tiny_pretrained, tmp_path, capfd):
+    """Item 3: a job with 2 processes (2 GPUs) encoded 21M passages on one of them while the other
+    idled; now its dense-index stage runs torchrun with one shard per rank. The index equals the
+    one-process index (same passages, same vectors), and a leftover of another shard count is
+    not mixed in."""
+    import numpy as np
+
+    from taser.pipeline.evaluate import dense_index
+    from taser.pipeline.experiment import save_initial
+    from taser.retrieval.faiss_index import load_index
+
+    checkpoint = save_initial({"pretrained": tiny_pretrained, "model_type": "shared", "max_length": 64}, tmp_path / "ckpt")
+    passages = tmp_path / "passages.tsv"
+    lines = ["id\ttext\ttitle"] + [f"{i}\tpassage number {i} about topic {i % 7}\tTitle {i % 5}" for i in range(1, 42)]
+    passages.write_text("\n".join(lines) + "\n")
+    one = dense_index(checkpoint, passages, tmp_path / "one", 8, "fp32", "cpu", chunk_size=10)
+    (tmp_path / "two" / "embeddings" / "shard_000_of_003").mkdir(parents=True)  # a killed run's scratch with another shard count
+    capfd.readouterr()
+    two = dense_index(checkpoint, passages, tmp_path / "two", 8, "fp32", "cpu", chunk_size=10, shards=2)
+    ranks = capfd.readouterr().err
+    assert "shard 0 of 2: 20 passages encoded now" in ranks and "shard 1 of 2: 21 passages encoded now" in ranks  # two ranks, a half each
+    a, b = load_index(one), load_index(two)
+    assert a.index.ntotal == b.index.ntotal == 41 and a.ids == b.ids
+    np.testing.assert_allclose(a.index.reconstruct_n(0, 41), b.index.reconstruct_n(0, 41), atol=1e-5)
+    assert not (tmp_path / "two" / "embeddings").exists()

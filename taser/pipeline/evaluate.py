@@ -69,9 +69,10 @@ def _questions_per_s(questions: int, seconds: float) -> float:
 
 
 def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precision: str = "auto", device: str = "auto",
-                backend: str = "torch", chunk_size: int = 10_000) -> Path:
+                backend: str = "torch", chunk_size: int = 10_000, shards: int = 1) -> Path:
     """A flat index of `checkpoint`'s passage vectors in `work_dir/index`, reused when it holds
-    this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built."""
+    this checkpoint's vectors of this passages file by this backend, else encoded (resumably) and built.
+    `shards` > 1: encoded by that many torchrun ranks of this machine, one shard (and GPU) each."""
     from taser.models.backends import backend_record, recorded_backend, resolve_backend, vectors_precision
     from taser.models.biencoder import read_checkpoint_config
     from taser.pipeline.encode import encode_corpus
@@ -100,15 +101,41 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     if (index_dir / "index.json").is_file() and made_here(json.loads((index_dir / "index.json").read_text())):
         log.info("reusing the flat index %s of %s", index_dir, checkpoint)
         return index_dir
-    manifest = shard_dir(embeddings, 0, 1) / "manifest.json"
-    if manifest.is_file() and not made_here(json.loads(manifest.read_text())):
-        shutil.rmtree(embeddings)  # left by a killed run over another checkpoint or passages file: this directory is the stage's scratch
-    encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, backend=backend,
-                  chunk_size=chunk_size)
+    manifest = shard_dir(embeddings, 0, shards) / "manifest.json"
+    ours = {shard_dir(embeddings, i, shards).name for i in range(shards)}
+    other_split = embeddings.is_dir() and any(p.name not in ours for p in embeddings.glob("shard_*"))
+    if other_split or (manifest.is_file() and not made_here(json.loads(manifest.read_text()))):
+        shutil.rmtree(embeddings)  # left by a killed run over another checkpoint, passages file or shard count: the stage's scratch
+    if shards > 1:
+        encode_under_torchrun(embeddings, shards, checkpoint=str(checkpoint), passages=str(passages_tsv), out_dir=str(embeddings),
+                              batch_size=batch_size, precision=precision, device=device, backend=backend, chunk_size=chunk_size)
+    else:
+        encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, backend=backend,
+                      chunk_size=chunk_size)
     similarity = read_checkpoint_config(checkpoint)[0].similarity
     build_index(embeddings, index_dir, IndexConfig("flat", metric_for(similarity)))
     shutil.rmtree(embeddings)
     return index_dir
+
+
+def encode_under_torchrun(embeddings: Path, shards: int, **spec) -> None:
+    """The passages encoded by `shards` torchrun ranks on this machine (`taser.pipeline.encode_worker`),
+    each its own shard, resumably; none outlives this call (an interruption stops them all)."""
+    import sys
+
+    from taser.pipeline.process_tree import run_tree
+
+    embeddings.mkdir(parents=True, exist_ok=True)
+    spec_file = embeddings / "torchrun-spec.json"
+    spec_file.write_text(json.dumps(spec))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={shards}", "-m", "taser.pipeline.encode_worker",
+               str(spec_file)]
+    log.info("encoding the passages in %d shards: %s", shards, " ".join(command))
+    returncode = run_tree(command)
+    if returncode != 0:
+        raise RuntimeError(f"encoding under torchrun failed (exit {returncode}); its ranks' logs are above; rerun the same command to "
+                           f"continue from the last whole chunk of each shard in {embeddings}")
+    spec_file.unlink()
 
 
 def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: int, work_dir) -> tuple[list, dict, float]:

@@ -24,7 +24,7 @@ from taser.io import atomic_open, atomic_path
 from taser.pipeline.allocation import allocation
 from taser.pipeline.process_tree import run_tree
 from taser.pipeline.stage_settings import model_key, train_key
-from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity
+from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity, stage_key
 from taser.pipeline.table import DataKind, ExperimentJob, JobPhase, Negatives, RowKind, RowSpec, TableSpec
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,14 @@ class RowRun:
         processes = self.processes()
         canonical_model = model_key(model)
         key_settings = train_key(train, canonical_model, processes, threads=not self.store.planned)
+        settings_of = lambda key: {"model": canonical_model, "train": key}  # noqa: E731
+        if row is not self.table.row(self.job.row) and self.job.processes is None and processes != self.table.processes:
+            # another row's model (a hybrid's, dense negatives'), asked for on a smaller allocation than the table documents for
+            # training: the one that row's own job trained on the documented allocation, when it is there
+            documented = train_key(train, canonical_model, self.table.processes, threads=not self.store.planned)
+            if self.store.done(stage_key("train", settings_of(documented), {"train_files": ids})):
+                log.info("row %s uses %s's model trained on %d processes (this job has %d)", self.job.row, row.name, self.table.processes, processes)
+                key_settings, processes = documented, self.table.processes
         self._warn_if_other_batch(row, key_settings["global_batch"], processes)
 
         def build(d: Path) -> None:
@@ -179,7 +187,7 @@ class RowRun:
                 run_training(model, files, run, d)
             shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
-        return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
+        return self._run(f"train {row.name}", "train", settings_of(key_settings), {"train_files": ids}, build, owner=row)
 
     def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
         expected = self.table.global_batch(row)
@@ -221,7 +229,7 @@ class RowRun:
         settings = {"precision": vectors_precision("torch", ev.precision, pick_device(ev.device)), "backend": "torch"}
         return self._run(f"index {row.name}", "dense-index", settings, {"checkpoint": model.key, "passages": data["ids"]["passages"]},
                          lambda d: dense_index(checkpoint, data["passages"], d, min(ev.batch_size, 64), ev.precision, ev.device,
-                                               chunk_size=ev.chunk_size), owner=row)
+                                               chunk_size=ev.chunk_size, shards=self.processes()), owner=row)  # every GPU of the job
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, row: RowSpec, seed: int) -> Stage:
