@@ -277,3 +277,30 @@ def test_a_batch_scripts_own_process_does_not_wait_for_others():
     assert slurm_environment({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "WORLD_SIZE": "2"}) == {}  # torchrun's own variables win
     assert [first_host(n) for n in ("node1", "a[3-5],b1", "gpu[009,011-012]", "x1,y[1-2]", "node[1-4]-ib", "rack[1-2]-node[01-04]")] == [
         "node1", "a3", "gpu009", "x1", "node1-ib", "rack1-node01"]
+
+
+def _slow_preparation_worker(rank, world, init_file, out):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TASER_DIST_INIT=f"file://{init_file}")
+    import time
+
+    from taser.pipeline.training_data import local_main_first
+    from taser.training.distributed import destroy_distributed, init_distributed
+
+    info = init_distributed("gloo", timeout_s=2)  # the default group gives up after 2 s here (30 minutes in a run)
+
+    def make():
+        if info.local_rank == 0:
+            time.sleep(6)  # a hub dataset prepared for longer than the default group's timeout
+            (out / "prepared").write_text("made")
+        return (out / "prepared").read_text()
+
+    (out / f"rank-{rank}").write_text(local_main_first(info, make))
+    destroy_distributed()
+
+
+@pytest.mark.slow
+def test_ranks_wait_for_a_preparation_longer_than_the_collective_timeout(tmp_path):
+    """Item 9 of issue 44: local rank 0 preparing a hub dataset for more than 30 minutes timed the
+    other ranks out (they waited in the default group's collective)."""
+    mp.spawn(_slow_preparation_worker, args=(2, tmp_path / "dist-init", tmp_path), nprocs=2, join=True)
+    assert (tmp_path / "rank-0").read_text() == (tmp_path / "rank-1").read_text() == "made"

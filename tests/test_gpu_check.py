@@ -194,3 +194,27 @@ def test_script_on_two_processes_fails_on_a_loss_mismatch(tmp_path):
     assert ddp["runs"][0]["train"]["questions_per_s"] == pytest.approx(2 * 4 * ddp["runs"][0]["train"]["steps_per_s"])
     text = (out / "results.md").read_text()
     assert text.startswith("# GPU check: FAILED") and "**MISMATCH**" in text and "## Failures" in text and "2 CPU processes" in text
+
+
+@pytest.mark.slow
+def test_the_cpu_reference_leaves_the_measuring_process_malloc_alone(tmp_path):
+    """Item 9 of issue 44: the CPU reference trained in the process that then measures the GPU, and
+    its `keep_freed_memory` (process-wide) changed that process and its record."""
+    script = f"""
+import json
+from pathlib import Path
+from taser.gpu_check.data import prepare_data
+from taser.gpu_check.job import GpuCheckJob, Size
+from taser.gpu_check.probe import reference_loss
+from taser.gpu_check.sizes import model_source
+from taser.runtime import freed_memory_kept, hardware
+job = GpuCheckJob(out_dir={str(tmp_path)!r}, **{DRY!r})
+work = Path({str(tmp_path)!r})
+data = prepare_data(job.squad_json, work, job.passages, job.questions, job.articles)
+loss = reference_loss(job, "dpr", Size.tiny, model_source(Size.tiny, work, 0), data.train_file, 1, work)
+print(json.dumps({{"loss": loss, "kept": freed_memory_kept(), "recorded": hardware("cpu")["freed_memory_kept"]}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600, env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert math.isfinite(result["loss"]) and result["kept"] is False and result["recorded"] is False

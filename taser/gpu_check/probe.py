@@ -10,7 +10,9 @@ the CPU side the whole batch in one process, which the library computes identica
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -40,10 +42,33 @@ def remove_run_dirs(work: Path, model_type: str, size: Size) -> None:
 
 
 def reference_loss(job: GpuCheckJob, model_type: str, size: Size, source: str, train_file: str, world_size: int, work: Path) -> float:
-    """The CPU fp32 loss of the first batch of `world_size` GPUs' questions (one process, dropout 0)."""
+    """The CPU fp32 loss of the first batch of `world_size` GPUs' questions (one process, dropout 0).
+
+    Its CPU training leaves glibc's malloc as it found it (`keep_freed_memory` is process-wide and
+    not undone): the process then measures the device, and records whether freed memory is kept."""
     settings = model_settings(job, model_type, size, source, dropout=0.0)
-    return first_step_loss(job, settings, train_file, REFERENCE_DEVICE, REFERENCE_PRECISION, job.check.batch_size * world_size,
-                           _run_dir(work, model_type, size, f"reference-{world_size}"))
+    with _freed_memory_left_alone():
+        return first_step_loss(job, settings, train_file, REFERENCE_DEVICE, REFERENCE_PRECISION, job.check.batch_size * world_size,
+                               _run_dir(work, model_type, size, f"reference-{world_size}"))
+
+
+@contextlib.contextmanager
+def _freed_memory_left_alone():
+    from taser.runtime import FREED_MEMORY_ENV, keep_freed_memory
+
+    if keep_freed_memory.cache_info().currsize:  # already decided in this process: nothing to protect
+        yield
+        return
+    before = os.environ.get(FREED_MEMORY_ENV)
+    os.environ[FREED_MEMORY_ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FREED_MEMORY_ENV, None)
+        else:
+            os.environ[FREED_MEMORY_ENV] = before
+        keep_freed_memory.cache_clear()  # the next CPU run decides afresh
 
 
 def numerics(precision: str, device: torch.device) -> str:

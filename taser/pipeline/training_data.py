@@ -38,8 +38,9 @@ def local_main_first(dist_info: DistInfo | None, make: Callable[[], T]) -> T:
     import torch
     import torch.distributed as dist
 
-    from taser.training.distributed import host_group
+    from taser.training.distributed import preparation_group
 
+    group = preparation_group()  # not the default group: its timeout (30 minutes) would fail the waiting ranks
     result, error = None, None
     if dist_info.local_rank == 0:
         try:
@@ -47,7 +48,7 @@ def local_main_first(dist_info: DistInfo | None, make: Callable[[], T]) -> T:
         except Exception as e:  # noqa: BLE001 (re-raised below, after the other ranks are told)
             error = e
     failed = torch.tensor([1 if error else 0])
-    dist.all_reduce(failed, group=host_group())
+    dist.all_reduce(failed, group=group)
     if error is not None:
         raise error
     if int(failed):

@@ -160,6 +160,21 @@ def host_group():
     return _HOST_GROUPS[default]
 
 
+PREPARE_TIMEOUT_S = 48 * 3600  # how long ranks wait for their node's local rank 0 to prepare the data (a hub dataset: hours)
+
+
+def preparation_group():
+    """A gloo group of every rank that waits up to PREPARE_TIMEOUT_S in a collective: the other ranks
+    of a node wait in it while local rank 0 prepares the data, however long that takes beyond the
+    default group's timeout (collective: every rank calls it at the same step)."""
+    from datetime import timedelta
+
+    key = ("prepare", dist.group.WORLD)
+    if key not in _HOST_GROUPS:
+        _HOST_GROUPS[key] = dist.new_group(backend="gloo", timeout=timedelta(seconds=PREPARE_TIMEOUT_S))
+    return _HOST_GROUPS[key]
+
+
 def gather_sizes(n: int) -> list[int]:
     """Every rank's `n` (a row count: host-side, so gathered on the CPU, with no device sync)."""
     sizes = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size())]
