@@ -304,3 +304,35 @@ def test_ranks_wait_for_a_preparation_longer_than_the_collective_timeout(tmp_pat
     other ranks out (they waited in the default group's collective)."""
     mp.spawn(_slow_preparation_worker, args=(2, tmp_path / "dist-init", tmp_path), nprocs=2, join=True)
     assert (tmp_path / "rank-0").read_text() == (tmp_path / "rank-1").read_text() == "made"
+
+
+def _node_local_worker(rank, world, init_file, pretrained, data_dir, out_dir):
+    _join(rank, world, init_file)
+    model_cfg, train = tiny_model_cfg(pretrained, "shared"), [str(data_dir / "train.json")]
+    mine = out_dir / f"node-{rank}"  # an output directory on each node's local disk: rank 0 writes the checkpoints in its own
+
+    def crash(step, record):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    try:
+        run_training(model_cfg, train, RESUME, mine, on_step=crash)
+    except KeyboardInterrupt:
+        pass
+    try:
+        run_training(model_cfg, train, {**RESUME, "resume": True}, mine)
+        outcome = "resumed"
+    except RuntimeError as e:
+        outcome = str(e)
+    (out_dir / f"outcome-{rank}.txt").write_text(outcome)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ranks_that_see_different_checkpoints_in_node_local_directories_all_refuse(tmp_path, tiny_pretrained, mini_squad):
+    """Item 6 of issue 44 with two real processes: rank 0 finds its checkpoint, rank 1 (another
+    node's disk) none; each used to decide alone (rank 0 resumed at step 3, rank 1 started over, and
+    both hung at the end). Both now refuse, saying why."""
+    mp.spawn(_node_local_worker, args=(2, tmp_path / "dist-init", tiny_pretrained, mini_squad, tmp_path), nprocs=2, join=True)
+    for rank in range(2):
+        assert "the ranks see different checkpoints" in (tmp_path / f"outcome-{rank}.txt").read_text(), rank
