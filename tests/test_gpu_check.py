@@ -159,7 +159,12 @@ def test_dry_run_through_the_library(tmp_path, one_thread):
         assert run["train"]["gpu_busy"] is None and run["train"]["memory_kind"] == "peak RSS"  # n/a on the CPU
         _finite_positive(run["encode"], ("passages_per_s", "questions_per_s"))
         assert run["encode"]["passages"] == 32 and run["parameters"] > 0
+    features = {f["feature"]: f for f in setup["features"]}
+    assert list(features) == ["gradient caching", "gradient accumulation", "compiled training", "learned token routing", "resume", "reader training"]
+    assert features["compiled training"]["skipped"].startswith("CPU dry run")
+    assert all(f["passed"] for name, f in features.items() if name != "compiled training"), setup["features"]
     text = (tmp_path / "results.md").read_text()
+    assert "| resume | passed |" in text and "| compiled training | skipped |" in text
     assert text.startswith("# GPU check: PASSED") and "| dpr | tiny |" in text and "| taser | tiny |" in text
     assert f"**{expected}**" in text and "n/a" in text and written["machine"] in text
     if peers_installed():

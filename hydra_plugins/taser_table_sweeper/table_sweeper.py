@@ -3,7 +3,8 @@ basic sweeper, with the sweep's jobs launched in waves (`taser.sweeps.schedule`)
 waits in an allocation for a stage another job builds, and each class of job on its own resources:
 
 - `cpu` (prepare jobs, BM25 rows) and `evaluate` (jobs that train nothing) take, on a SLURM launcher,
-  the sweep's launcher settings with `launchers.<class>` over them (never more GPUs than the sweep's);
+  the sweep's launcher settings with `launchers.<class>` over them, GPUs, CPUs, memory and time never
+  above the sweep's (a class job fits wherever the sweep's jobs fit);
   `train` jobs take the sweep's launcher as given; local launchers run every class as they are;
 - a wave's classes are launched at once on SLURM (each a job array), one after another locally;
 - a failed job stops only the jobs that need its stages; the sweep then fails, naming them.
@@ -27,6 +28,9 @@ from hydra.core.utils import JobStatus
 from omegaconf import OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
+
+
+CAPPED = ("gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min")
 
 
 class SweepFailed(RuntimeError):
@@ -119,9 +123,10 @@ class TableSweeper(BasicSweeper):
             return self.launcher
         config = copy.deepcopy(self.config)
         with open_dict(config):
-            gpus = config.hydra.launcher.get("gpus_per_node")
-            if "gpus_per_node" in overrides and gpus is not None:
-                overrides["gpus_per_node"] = min(int(overrides["gpus_per_node"]), int(gpus))
+            for key in CAPPED:  # never more than the sweep's launcher asks for: a class job must fit where the sweep's jobs fit
+                given = config.hydra.launcher.get(key)
+                if key in overrides and isinstance(given, int | float) and not isinstance(given, bool):
+                    overrides[key] = min(overrides[key], given)
             for key, value in overrides.items():
                 config.hydra.launcher[key] = value
         return Plugins.instance().instantiate_launcher(hydra_context=self.hydra_context, task_function=self.task_function, config=config)

@@ -22,6 +22,7 @@ import torch
 from taser.gpu_check.data import CheckData, prepare_data
 from taser.gpu_check.ddp import ddp_processes, launch, visible_gpus
 from taser.gpu_check.encoding import encode_figures, peer_figures, peers_installed
+from taser.gpu_check.features import feature_checks
 from taser.gpu_check.job import GpuCheckJob, Mode, Size
 from taser.gpu_check.probe import compare, device_check_loss, measured_run, numerics, reference_loss, remove_run_dirs, run_name
 from taser.gpu_check.report import write_results
@@ -112,6 +113,8 @@ def single_setup(job: GpuCheckJob, device: torch.device, precision: str, data: C
                 setup["peers"][size.value] = {"error": f"{type(e).__name__}: {e}"}
             finally:
                 release(device)
+    first = job.sizes[0]  # the other training paths (gradient caching, accumulation, compiling, routing, resume, the reader): the first size
+    setup["features"] = feature_checks(job, sources[first], first, data.train_file, device, precision, numerics(precision, device), work / "features")
     return setup
 
 
@@ -156,6 +159,9 @@ def _collect_failures(results: dict) -> list[str]:
             found.append(f"{setup['name']}: {setup['error']}")
         for run in setup["runs"]:
             found += run_failures(setup["name"], run)
+        for feature in setup.get("features") or []:
+            if feature.get("passed") is False:
+                found.append(f"{setup['name']}, {feature['feature']}: {feature.get('error') or feature.get('detail')}")
         for size, peer in (setup.get("peers") or {}).items():
             if peer.get("error"):
                 found.append(f"{setup['name']}, sentence-transformers / {size}: {peer['error']}")

@@ -100,6 +100,17 @@ def multi_gpu_note(results: dict) -> str:
             "Only the single-process figures above were checked.\n")
 
 
+def _features(features: list[dict]) -> str:
+    if not features:
+        return ""
+    rows = []
+    for f in features:
+        verdict = "skipped" if "skipped" in f else ("passed" if f.get("passed") else "**FAILED**")
+        rows.append(f"| {f['feature']} | {verdict} | {f.get('skipped') or f.get('error') or f.get('detail', '')} |")
+    return ("\n### Other training paths (the first size, a few steps each)\n\n| path | result | detail |\n|---|---|---|\n"
+            + "\n".join(rows) + "\n")
+
+
 def render(results: dict, seconds: float) -> str:
     job = results["job"]
     verdict = "running" if results["passed"] is None else ("PASSED" if results["passed"] else "FAILED")
@@ -131,6 +142,7 @@ def render(results: dict, seconds: float) -> str:
             text += f"\n{setup['error']}\n"
         text += _peers(setup, setup["runs"])
         text += _sync_debug(setup["runs"])
+        text += _features(setup.get("features") or [])
     text += multi_gpu_note(results)
     if results.get("failures"):
         text += "\n## Failures\n\n" + "".join(f"- {f}\n" for f in results["failures"])
