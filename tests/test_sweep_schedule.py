@@ -100,3 +100,29 @@ def test_a_failed_job_stops_only_the_jobs_that_need_its_stages(squad4, tiny_pret
     assert "2 of the sweep's 7 jobs failed or were not started: dpr seed 1, hybrid seed 1" in err
     record = json.loads((sweep / "schedule.json").read_text())
     assert [sorted(wave) for wave in record["waves"]] == [["cpu"], ["cpu", "train"], ["cpu", "evaluate"]]
+
+
+def test_a_rows_own_job_builds_its_model_whatever_the_sweeps_order():
+    """`row=hybrid,dpr`: the hybrid comes first in the sweep, yet dpr's job trains dpr (class train)
+    and the hybrid (class evaluate) runs after it."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    try:
+        plan = schedule(sweep_jobs(["table=dpr_nq", "row=hybrid,dpr", "seed=1"], "experiment"))
+    finally:
+        logging.disable(logging.NOTSET)
+    jobs = {j.job.row: j for j in plan.jobs if not j.prepare}
+    train = next(key for key, kind in jobs["dpr"].stages if kind == "train")
+    assert plan.jobs[plan.builders[train]] is jobs["dpr"]
+    assert (jobs["dpr"].klass, jobs["hybrid"].klass) == ("train", "evaluate") and jobs["dpr"].wave < jobs["hybrid"].wave
+
+
+def test_a_prepare_store_builds_the_cpu_stages_only(tmp_path):
+    from taser.pipeline.stages import PrepareStore
+
+    store, built = PrepareStore(tmp_path), []
+    for kind in ("squad", "bm25-index", "negatives-bm25", "train", "dense-index", "evaluate"):
+        stage = store.run(kind, {"x": 1}, {}, lambda d, k=kind: built.append(k))
+        assert stage.built == (kind in CPU_KINDS) and store.done(stage.key) == (kind in CPU_KINDS)
+    assert built == ["squad", "bm25-index", "negatives-bm25"]
