@@ -70,7 +70,7 @@ def test_a_job_of_several_tasks_is_refused_before_any_stage(cluster, squad4, tin
     done = experiment(cluster, "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), "row=dpr", "seed=1", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                       *SLURM_CPU, "hydra.launcher.tasks_per_node=2", timeout=600)
     assert done.returncode != 0
-    logs = "".join(p.read_text() for p in (tmp_path / "sweep" / ".submitit").rglob("*.err")) + done.stderr
+    logs = "".join(p.read_text() for p in (tmp_path / "sweep" / ".submitit").rglob("*.err")) + done.stderr + done.stdout
     assert "every task would run the whole row" in logs and "tasks_per_node=1" in logs
     assert not (tmp_path / "stages").exists() or not any((tmp_path / "stages").iterdir())
 

@@ -98,6 +98,7 @@ def test_a_failed_job_stops_only_the_jobs_that_need_its_stages(squad4, tiny_pret
     assert sorted(started[1:]) == [("row", "bm25", 1), ("row", "bm25", 2), ("row", "dpr", 1), ("row", "dpr", 2), ("row", "hybrid", 2)]
     err = capfd.readouterr().err
     assert "2 of the sweep's 7 jobs failed or were not started: dpr seed 1, hybrid seed 1" in err
+    assert "- dpr seed 1: RuntimeError: out of memory (on purpose)" in err  # each failure's reason, in the error itself
     record = json.loads((sweep / "schedule.json").read_text())
     assert [sorted(wave) for wave in record["waves"]] == [["cpu"], ["cpu", "train"], ["cpu", "evaluate"]]
 

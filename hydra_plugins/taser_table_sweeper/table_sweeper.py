@@ -70,6 +70,7 @@ class TableSweeper(BasicSweeper):
         slurm = "slurm" in str(self.config.hydra.launcher.get("_target_", "")).lower()
         launchers = {klass: self._launcher(klass if slurm else None) for klass in ("cpu", "train", "evaluate")}
         status: dict[int, bool] = {}  # job index -> succeeded
+        errors: dict[int, str] = {}  # job index -> why it failed
         returns, next_idx = [], 0
         for number, wave in enumerate(plan.waves()):
             batches = []
@@ -99,6 +100,7 @@ class TableSweeper(BasicSweeper):
                 if error is not None:
                     log.error("the %s jobs %s were lost: %s", klass, ", ".join(plan.jobs[i].name for i in indices), error)
                     status.update({i: False for i in indices})
+                    errors.update({i: f"lost: {type(error).__name__}: {error}" for i in indices})
                     continue
                 for i, result in zip(indices, results):
                     status[i] = result.status == JobStatus.COMPLETED
@@ -106,14 +108,14 @@ class TableSweeper(BasicSweeper):
                         try:
                             result.return_value  # noqa: B018 - raises the job's exception
                         except Exception as failure:  # noqa: BLE001
-                            log.error("job failed: %s: %s: %s", plan.jobs[i].name, type(failure).__name__, failure)
+                            errors[i] = f"{type(failure).__name__}: {failure}"
+                            log.error("job failed: %s: %s", plan.jobs[i].name, errors[i])
                 returns.append(results)
         failures = [plan.jobs[i].name for i, ok in sorted(status.items()) if not ok]
         if failures:
-            raise SweepFailed(
-                f"{len(failures)} of the sweep's {len(plan.jobs)} jobs failed or were not started: {', '.join(failures)}; "
-                "their errors are above (and in each job's log). Rerun the same command: every finished stage is found"
-            )
+            reasons = "".join(f"\n- {plan.jobs[i].name}: {error}" for i, error in sorted(errors.items()))
+            raise SweepFailed(f"{len(failures)} of the sweep's {len(plan.jobs)} jobs failed or were not started: {', '.join(failures)} (the "
+                              f"others not started need their stages). Rerun the same command: every finished stage is found.{reasons}")
         return returns
 
     def _launcher(self, klass: str | None):
