@@ -23,7 +23,7 @@ import torch
 
 from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.gpu_check.job import GpuCheckJob, Size
-from taser.gpu_check.probe import _freed_memory_left_alone
+from taser.gpu_check.probe import freed_memory_left_alone
 from taser.gpu_check.sizes import model_settings
 from taser.gpu_check.training import _load, _train_config, release
 from taser.training.trainer import Trainer
@@ -105,7 +105,7 @@ def feature_checks(job: GpuCheckJob, source: str, size: Size, train_file: str, d
         # each micro-batch has its own in-batch negatives, so the step's loss is not the plain step's: the CPU's, in fp32
         train = {"batch_size": job.check.batch_size // 2, "grad_accumulation": 2}
         mine = _history(job, dpr, train_file, device, precision, work / "feature-accumulation", steps=1, **train)[0]
-        with _freed_memory_left_alone():
+        with freed_memory_left_alone():
             cpu = _history(job, dpr, train_file, torch.device("cpu"), "fp32", work / "feature-accumulation-cpu", steps=1, **train)[0]
         return {"passed": _close(mine, cpu, tolerance), "detail": f"first loss {mine:.6f} vs {cpu:.6f} on the CPU in fp32 ({numerics})"}
 

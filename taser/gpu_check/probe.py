@@ -47,13 +47,13 @@ def reference_loss(job: GpuCheckJob, model_type: str, size: Size, source: str, t
     Its CPU training leaves glibc's malloc as it found it (`keep_freed_memory` is process-wide and
     not undone): the process then measures the device, and records whether freed memory is kept."""
     settings = model_settings(job, model_type, size, source, dropout=0.0)
-    with _freed_memory_left_alone():
+    with freed_memory_left_alone():
         return first_step_loss(job, settings, train_file, REFERENCE_DEVICE, REFERENCE_PRECISION, job.check.batch_size * world_size,
                                _run_dir(work, model_type, size, f"reference-{world_size}"))
 
 
 @contextlib.contextmanager
-def _freed_memory_left_alone():
+def freed_memory_left_alone():
     from taser.runtime import FREED_MEMORY_ENV, keep_freed_memory
 
     if keep_freed_memory.cache_info().currsize:  # already decided in this process: nothing to protect

@@ -106,9 +106,13 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     other_split = embeddings.is_dir() and any(p.name not in ours for p in embeddings.glob("shard_*"))
     if other_split or (manifest.is_file() and not made_here(json.loads(manifest.read_text()))):
         shutil.rmtree(embeddings)  # left by a killed run over another checkpoint, passages file or shard count: the stage's scratch
-    if shards > 1:
-        encode_under_torchrun(embeddings, shards, checkpoint=str(checkpoint), passages=str(passages_tsv), out_dir=str(embeddings),
-                              batch_size=batch_size, precision=precision, device=device, backend=backend, chunk_size=chunk_size)
+    if shards > 1:  # one shard per torchrun rank (GPU) of this machine (taser.pipeline.encode_worker)
+        from taser.pipeline.process_tree import run_torchrun
+
+        spec = {"checkpoint": str(checkpoint), "passages": str(passages_tsv), "out_dir": str(embeddings), "batch_size": batch_size,
+                "precision": precision, "device": device, "backend": backend, "chunk_size": chunk_size}
+        run_torchrun("taser.pipeline.encode_worker", spec, embeddings / "torchrun-spec.json", shards, "encoding the passages",
+                     f"the last whole chunk of each shard in {embeddings}")
     else:
         encode_corpus(checkpoint, passages_tsv, embeddings, 0, 1, batch_size=batch_size, precision=precision, device=device, backend=backend,
                       chunk_size=chunk_size)
@@ -116,26 +120,6 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
     build_index(embeddings, index_dir, IndexConfig("flat", metric_for(similarity)))
     shutil.rmtree(embeddings)
     return index_dir
-
-
-def encode_under_torchrun(embeddings: Path, shards: int, **spec) -> None:
-    """The passages encoded by `shards` torchrun ranks on this machine (`taser.pipeline.encode_worker`),
-    each its own shard, resumably; none outlives this call (an interruption stops them all)."""
-    import sys
-
-    from taser.pipeline.process_tree import run_tree
-
-    embeddings.mkdir(parents=True, exist_ok=True)
-    spec_file = embeddings / "torchrun-spec.json"
-    spec_file.write_text(json.dumps(spec))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={shards}", "-m", "taser.pipeline.encode_worker",
-               str(spec_file)]
-    log.info("encoding the passages in %d shards: %s", shards, " ".join(command))
-    returncode = run_tree(command)
-    if returncode != 0:
-        raise RuntimeError(f"encoding under torchrun failed (exit {returncode}); its ranks' logs are above; rerun the same command to "
-                           f"continue from the last whole chunk of each shard in {embeddings}")
-    spec_file.unlink()
 
 
 def _dense_results(s: RetrieverSettings, passages_tsv, questions: list[str], k: int, work_dir) -> tuple[list, dict, float]:

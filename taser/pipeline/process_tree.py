@@ -72,6 +72,24 @@ def stop_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     process.wait()
 
 
+def run_torchrun(module: str, spec: dict, spec_file: Path, processes: int, what: str, resumes_from: Path) -> None:
+    """`python -m module spec_file` as `processes` torchrun ranks on this machine (`spec` written to
+    `spec_file` for them to read), its whole tree stopped if this call is interrupted; a failure is
+    raised naming `what` and where a rerun continues from."""
+    import json
+    import sys
+
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(json.dumps(spec, default=str))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", module, str(spec_file)]
+    log.info("%s on %d processes: %s", what, processes, " ".join(command))
+    returncode = run_tree(command)  # interrupted (SIGTERM, an exception), it stops torchrun's ranks too: none outlives the stage's lock
+    if returncode != 0:
+        raise RuntimeError(f"{what} under torchrun failed (exit {returncode}); its ranks' logs are above; rerun the same command to continue "
+                           f"from {resumes_from}")
+    spec_file.unlink()
+
+
 def run_tree(command: list[str], grace_s: float = GRACE_S, **popen) -> int:
     """Run `command`; its exit code. Interrupted (an exception, SystemExit from a SIGTERM handler),
     it stops the command's whole process tree before the exception goes on."""

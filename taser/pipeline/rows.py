@@ -22,7 +22,7 @@ from taser.evaluation.per_query import PER_QUERY_FILE
 from taser.evaluation.runs import RESULTS_FILE
 from taser.io import atomic_open, atomic_path
 from taser.pipeline.allocation import allocation
-from taser.pipeline.process_tree import run_tree
+from taser.pipeline.process_tree import run_torchrun
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity, stage_key
 from taser.pipeline.table import DataKind, ExperimentJob, JobPhase, Negatives, RowKind, RowSpec, TableSpec
@@ -170,12 +170,11 @@ class RowRun:
         processes = self.processes()
         canonical_model = model_key(model)
         key_settings = train_key(train, canonical_model, processes, threads=not self.store.planned)
-        settings_of = lambda key: {"model": canonical_model, "train": key}  # noqa: E731
         if row is not self.table.row(self.job.row) and self.job.processes is None and processes != self.table.processes:
             # another row's model (a hybrid's, dense negatives'), asked for on a smaller allocation than the table documents for
             # training: the one that row's own job trained on the documented allocation, when it is there
             documented = train_key(train, canonical_model, self.table.processes, threads=not self.store.planned)
-            if self.store.done(stage_key("train", settings_of(documented), {"train_files": ids})):
+            if self.store.done(stage_key("train", {"model": canonical_model, "train": documented}, {"train_files": ids})):
                 log.info("row %s uses %s's model trained on %d processes (this job has %d)", self.job.row, row.name, self.table.processes, processes)
                 key_settings, processes = documented, self.table.processes
         self._warn_if_other_batch(row, key_settings["global_batch"], processes)
@@ -187,7 +186,7 @@ class RowRun:
                 run_training(model, files, run, d)
             shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
-        return self._run(f"train {row.name}", "train", settings_of(key_settings), {"train_files": ids}, build, owner=row)
+        return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
 
     def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
         expected = self.table.global_batch(row)
@@ -261,17 +260,8 @@ class RowRun:
 
 def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, processes: int) -> None:
     """The training stage on `processes` GPUs of this machine: torchrun, one rank each."""
-    import sys
-
-    spec = out / "torchrun-spec.json"
-    spec.write_text(json.dumps({"model": model, "train_files": files, "train": train, "output_dir": str(out)}, default=str))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", "taser.pipeline.train_worker",
-               str(spec)]
-    log.info("training on %d processes: %s", processes, " ".join(command))
-    returncode = run_tree(command)  # interrupted (SIGTERM, an exception), it stops torchrun's ranks too: none outlives the stage's lock
-    if returncode != 0:
-        raise RuntimeError(f"training under torchrun failed (exit {returncode}); its ranks' logs are above; rerun the same command "
-                           f"to continue from the last checkpoint in {out}")
+    run_torchrun("taser.pipeline.train_worker", {"model": model, "train_files": files, "train": train, "output_dir": str(out)},
+                 out / "torchrun-spec.json", processes, "training", f"the last checkpoint in {out}")
 
 
 def read_stage(run: RowRun, evaluated: Stage) -> Stage:
