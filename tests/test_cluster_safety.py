@@ -3,6 +3,8 @@ its own GPU's (item 5), rendezvous ports outside Linux's ephemeral range (item 9
 ranks refused one visible GPU (item 9), and a job of several SLURM tasks refused before any stage
 starts (item 1)."""
 
+import os
+
 import pytest
 import torch
 from test_experiment import squad4  # noqa: F401 - a fixture
@@ -190,3 +192,17 @@ def test_a_trained_rows_index_is_encoded_by_every_process_of_its_job(tiny_pretra
     assert a.index.ntotal == b.index.ntotal == 41 and a.ids == b.ids
     np.testing.assert_allclose(a.index.reconstruct_n(0, 41), b.index.reconstruct_n(0, 41), atol=1e-5)
     assert not (tmp_path / "two" / "embeddings").exists()
+
+
+def test_the_queue_wait_is_start_minus_submit_as_squeue_reports_them(tmp_path, monkeypatch):
+    import stat
+
+    from taser.pipeline import allocation as module
+
+    squeue = tmp_path / "squeue"
+    squeue.write_text("#!/bin/sh\necho '2026-12-03T10:00:00|2026-12-03T10:01:30'\n")
+    squeue.chmod(squeue.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert module._queue_times("42") == {"submitted": "2026-12-03T10:00:00", "started": "2026-12-03T10:01:30", "waited_s": 90.0}
+    squeue.write_text("#!/bin/sh\necho 'N/A|N/A'\n")
+    assert module._queue_times("42") == {}  # a job squeue cannot date: no figure rather than a wrong one

@@ -102,7 +102,8 @@ def test_a_table_through_the_basic_launcher_builds_each_shared_stage_once(squad4
     recs = records(sweep)
     assert sorted(recs) == [("dpr", 1), ("dpr", 2), ("hybrid", 1), ("hybrid", 2)]
     assert built(recs, "data", sweep) == 1 and built(recs, "BM25 index", sweep) == 1 and built(recs, "train dpr") == 2 and built(recs, "index dpr") == 2
-    assert [(r["row"], [s["stage"] for s in r["stages"] if s["built"]]) for r in prepared(sweep)] == [("dpr", ["data", "questions", "BM25 index", "negatives"])]
+    assert [(r["row"], [s["stage"] for s in r["stages"]]) for r in prepared(sweep)] == [("dpr", ["data", "questions", "BM25 index", "negatives"])]
+    assert all(s["built"] for r in prepared(sweep) for s in r["stages"])  # the CPU stages only, each built there
     assert waited(sweep) == []
     assert all(not s["built"] for s in recs[("hybrid", 2)]["stages"] if s["stage"] not in ("evaluate", "read"))
     results = json.loads((sweep / "hybrid" / "seed-2" / "retrieval" / "results.json").read_text())
@@ -348,6 +349,7 @@ def test_a_rows_training_stage_runs_under_torchrun_with_several_processes(squad4
     summary = json.loads((train_dir / "train_summary.json").read_text())
     assert summary["steps"] == 3 and (train_dir / "final" / "model.safetensors").is_file() and not (train_dir / "checkpoint").exists()
     assert "training on 2 processes" in done.stderr and (tmp_path / "run" / "retrieval" / "results.json").is_file()
+    assert "encoding the passages on 2 processes" in done.stderr  # the index too, one shard per process
 
 
 def test_a_lock_goes_stale_only_when_its_holder_stops_touching_it(tmp_path):

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -213,13 +214,50 @@ from taser.gpu_check.job import GpuCheckJob, Size
 from taser.gpu_check.probe import reference_loss
 from taser.gpu_check.sizes import model_source
 from taser.runtime import freed_memory_kept, hardware
+import ctypes
+calls, real_cdll = [], ctypes.CDLL
+class Libc:  # glibc with its mallopt calls recorded (and not made)
+    def __init__(self, *args, **kwargs):
+        self._lib = real_cdll(*args, **kwargs)
+    def __getattr__(self, name):
+        return (lambda *args: calls.append(args) or 1) if name == "mallopt" else getattr(self._lib, name)
+ctypes.CDLL = Libc
 job = GpuCheckJob(out_dir={str(tmp_path)!r}, **{DRY!r})
 work = Path({str(tmp_path)!r})
 data = prepare_data(job.squad_json, work, job.passages, job.questions, job.articles)
 loss = reference_loss(job, "dpr", Size.tiny, model_source(Size.tiny, work, 0), data.train_file, 1, work)
-print(json.dumps({{"loss": loss, "kept": freed_memory_kept(), "recorded": hardware("cpu")["freed_memory_kept"]}}))
+print(json.dumps({{"loss": loss, "kept": freed_memory_kept(), "recorded": hardware("cpu")["freed_memory_kept"], "mallopt": calls}}))
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600, env=ONE_THREAD)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert math.isfinite(result["loss"]) and result["kept"] is False and result["recorded"] is False
+    assert math.isfinite(result["loss"]) and result["kept"] is False and result["recorded"] is False and result["mallopt"] == []
+
+
+def test_a_training_path_that_disagrees_fails_the_check(tmp_path, monkeypatch):
+    """The other training paths judged on their figures: gradient caching's first loss off by 10%,
+    a resume that repeats other losses, both failures named in the check's failures."""
+    import taser.gpu_check.features as features
+    import taser.pipeline.reader as reader
+    from taser.gpu_check.check import _collect_failures
+
+    def history(job, settings, train_file, device, precision, out, steps=features.STEPS, stop_after=None, **train):
+        name = Path(out).name
+        if name == "feature-resumed" and not train.get("resume"):
+            raise features._Stop
+        if name == "feature-resumed":
+            return [9.0, 9.0]  # not the uninterrupted run's steps 3-4
+        first = 1.1 if name == "feature-grad-cache" else 1.0
+        return [first] + [1.0] * (steps - 1)
+
+    monkeypatch.setattr(features, "_history", history)
+    monkeypatch.setattr(reader, "train_reader", lambda job: type("R", (), {"history": [{"loss": 2.0}] * features.STEPS})())
+    job = GpuCheckJob(out_dir=str(tmp_path), **DRY)
+    train_file = tmp_path / "train.json"
+    train_file.write_text(json.dumps([{"question": "q", "answers": ["a"], "positive_ctxs": [{"title": "t", "text": "a b"}], "negative_ctxs": []}]))
+    checks = {c["feature"]: c for c in features.feature_checks(job, "unused", Size.tiny, str(train_file), torch.device("cpu"), "fp32", "fp32",
+                                                                tmp_path)}
+    assert not checks["gradient caching"]["passed"] and checks["gradient accumulation"]["passed"]
+    assert not checks["resume"]["passed"] and checks["learned token routing"]["passed"] and checks["reader training"]["passed"]
+    failures = _collect_failures({"setups": [{"name": "CPU", "runs": [], "features": list(checks.values())}]})
+    assert [f.split(":")[0] for f in failures] == ["CPU, gradient caching", "CPU, resume"]

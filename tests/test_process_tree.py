@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from taser.pipeline.process_tree import descendants, run_tree
 
 AGENT = """
@@ -61,3 +63,11 @@ def test_a_terminated_job_stops_the_ranks_in_their_own_sessions(tmp_path):
 
 def test_a_command_that_ends_returns_its_exit_code():
     assert run_tree([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+
+
+def test_a_failed_torchrun_raises_naming_what_failed_and_where_a_rerun_continues(tmp_path):
+    from taser.pipeline.process_tree import run_torchrun
+
+    with pytest.raises(RuntimeError, match=r"encoding under torchrun failed \(exit 1\).*continue from the shards in"):
+        run_torchrun("taser.no_such_module", {"x": 1}, tmp_path / "spec.json", 1, "encoding", "the shards in x")
+    assert (tmp_path / "spec.json").is_file()  # kept for the rerun's ranks to read again

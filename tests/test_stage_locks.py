@@ -80,9 +80,11 @@ def test_two_processes_never_both_build_one_stage(tmp_path):
     built = []
     barrier = threading.Barrier(2)
 
+    found = []
+
     def job():
         barrier.wait()
-        StageStore(tmp_path, poll_s=0.01).run("squad", {"a": 2}, {}, lambda d: (built.append(d), time.sleep(0.3)))
+        found.append(StageStore(tmp_path, poll_s=0.01).run("squad", {"a": 2}, {}, lambda d: (built.append(d), time.sleep(0.3))))
 
     threads = [threading.Thread(target=job) for _ in range(2)]
     for t in threads:
@@ -90,3 +92,16 @@ def test_two_processes_never_both_build_one_stage(tmp_path):
     for t in threads:
         t.join()
     assert len(built) == 1
+    builder, waiter = sorted(found, key=lambda stage: not stage.built)
+    assert builder.waited == 0.0 and 0.1 < waiter.waited <= waiter.seconds  # the wait is recorded (experiment.json's waited_s)
+
+
+def test_a_lock_that_came_back_to_life_under_the_break_file_is_kept(tmp_path, monkeypatch):
+    """Two waiters saw a stale lock; the second finds, under the break file, that the first already
+    replaced it by a live one: it must not remove the new holder's lock."""
+    path = tmp_path / "x.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "new-holder"}))
+    lock = _FileLock(path, 0.01, 300.0)
+    answers = iter([True, False])  # stale at the first look, live at the second
+    monkeypatch.setattr(lock, "_stale", lambda: next(answers))
+    assert lock._break_if_stale() is False and path.is_file()

@@ -127,3 +127,14 @@ def test_a_prepare_store_builds_the_cpu_stages_only(tmp_path):
         stage = store.run(kind, {"x": 1}, {}, lambda d, k=kind: built.append(k))
         assert stage.built == (kind in CPU_KINDS) and store.done(stage.key) == (kind in CPU_KINDS)
     assert built == ["squad", "bm25-index", "negatives-bm25"]
+
+
+def test_a_job_phase_that_does_not_exist_is_refused_naming_the_choices(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    from test_experiment import job_of
+
+    from taser.pipeline.table import ExperimentJob
+
+    table = job_of([*tiny(squad4, tiny_pretrained, tmp_path), "row=dpr"]).table
+    with pytest.raises(ValueError, match="phase.*(row|prepare)"):  # built in Python, not through Hydra's schema
+        ExperimentJob(table=table, row="dpr", phase="prepared")
+    assert ExperimentJob(table=table, row="dpr", phase="prepare").phase.value == "prepare"
