@@ -450,3 +450,50 @@ def test_the_hnsw_graph_is_reserved_at_its_expected_size():
     expected = expected_neighbours(index.hnsw, 20_000)
     index.add(np.random.default_rng(0).random((20_000, 16), dtype=np.float32))
     assert expected <= index.hnsw.neighbors.size() * 1.005 and index.hnsw.neighbors.size() <= expected * GRAPH_MARGIN
+
+
+@pytest.mark.parametrize("config, split", [(IndexConfig("ivf_pq", pq_m=16, nlist=8, train_size=100), True),
+                                           (IndexConfig("hnsw", hnsw_m=8), False)], ids=["ivf_pq", "hnsw"])
+def test_inverted_lists_take_a_chunk_in_blocks_that_build_the_same_index(structured, monkeypatch, config, split):
+    """An inverted-file index is given at most ADD_BLOCK rows per add (its work buffers scale with
+    one add's rows) and the index is byte for byte the one built from whole chunks; HNSW's adds
+    are never split (it inserts each add in level order: a split would change its graph)."""
+    import taser.retrieval.faiss_index as faiss_index
+
+    vectors, ids = read_embeddings(structured)
+    chunks = lambda: iter([(vectors[:150], ids[:150]), (vectors[150:], ids[150:])])  # noqa: E731
+    whole = PassageIndex.build_streamed(chunks, len(ids), vectors.shape[1], config)
+    monkeypatch.setattr(faiss_index, "ADD_BLOCK", 16)
+    added = []
+    layout = type(whole.index)
+    add = layout.add
+    monkeypatch.setattr(layout, "add", lambda self, x, *a, **kw: (added.append(len(x)), add(self, x, *a, **kw))[1])
+    blocked = PassageIndex.build_streamed(chunks, len(ids), vectors.shape[1], config)
+    assert added == ([16] * 9 + [6] + [16] * 6 + [2] if split else [150, len(ids) - 150]), added
+    assert blocked.ids == whole.ids
+    if split:
+        assert np.array_equal(faiss.serialize_index(whole.index), faiss.serialize_index(blocked.index))
+
+
+def test_freed_training_memory_goes_back_before_the_lists_are_reserved(structured, monkeypatch):
+    """The work buffers of k-means and of the list-sizing pass are handed back to the kernel
+    before the inverted lists take their final size, so they do not sit under the adding phase."""
+    import taser.retrieval.faiss_index as faiss_index
+
+    events = []
+    monkeypatch.setattr(faiss_index, "release_freed_memory", lambda: events.append("release"))
+    real_train, real_reserve = faiss.IndexIVFPQ.train, faiss_index.reserve
+    monkeypatch.setattr(faiss.IndexIVFPQ, "train", lambda self, x: (events.append("train"), real_train(self, x))[1])
+    monkeypatch.setattr(faiss_index, "_list_sizes", lambda *a, real=faiss_index._list_sizes: (events.append("sizes"), real(*a))[1])
+    monkeypatch.setattr(faiss_index, "reserve", lambda *a: (events.append("reserve"), real_reserve(*a))[1])
+    vectors, ids = read_embeddings(structured)
+    PassageIndex.build_streamed(lambda: iter([(vectors, ids)]), len(ids), vectors.shape[1], IndexConfig("ivf_pq", pq_m=16, nlist=8, train_size=100))
+    assert events == ["train", "release", "sizes", "release", "reserve"]
+
+
+def test_release_freed_memory_runs_on_glibc():
+    import platform
+
+    from taser.retrieval.index_memory import release_freed_memory
+
+    assert release_freed_memory() == (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")

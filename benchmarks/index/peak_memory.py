@@ -2,7 +2,7 @@
 final capacity first (`taser.retrieval.index_memory.reserve`), side by side in one run.
 
     python benchmarks/index/peak_memory.py                       # 1M vectors of width 128, every type (~20 min on 2 cores)
-    python benchmarks/index/peak_memory.py --count 200000 --types flat hnsw   # a quick look
+    python benchmarks/index/peak_memory.py --count 200000 --types flat hnsw --also   # a quick look
 
 Each build runs in a fresh process: random unit vectors generated chunk by chunk (never all in
 memory), built by the library's `PassageIndex.build_streamed`. Measured there: the resident memory
@@ -11,6 +11,10 @@ just before the build, the peak (VmHWM) of the whole build, and the peak of the 
 final size is the index as FAISS writes it. Ratios are peak increase / final size. "without" runs
 the same build with `reserve` made a no-op: the code as it was before this lever. HNSW is built
 with efConstruction 40 (memory does not depend on it; time does), 32 neighbours per node.
+
+`--also TYPE:COUNT` builds a type once more at another count, with the reservation only: an
+index whose final size is small beside its fixed costs (`ivf_pq`'s training sample, FAISS's work
+buffers of one add) shows how its ratio falls as the corpus grows.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--types", nargs="+", default=TYPES)
+    ap.add_argument("--also", nargs="*", default=["ivf_pq:8000000"], metavar="TYPE:COUNT")
     ap.add_argument("--out", type=Path, default=HERE / "peak_memory_results.md")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -90,25 +95,26 @@ def main() -> None:
         kind, count, width, with_reserve = args.worker
         print(json.dumps(worker(kind, int(count), int(width), with_reserve == "1")))
         return
+    builds = [(kind, args.count, with_reserve) for kind in args.types for with_reserve in (False, True)]  # side by side, in one run
+    builds += [(kind, int(count), True) for kind, count in (item.split(":") for item in args.also)]
     rows = []
-    for kind in args.types:
-        for with_reserve in (False, True):  # side by side, in one run
-            done = subprocess.run([sys.executable, __file__, "--worker", kind, str(args.count), str(args.width), "1" if with_reserve else "0"],
-                                  capture_output=True, text=True, cwd=ROOT, check=True)
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for kind, count, with_reserve in builds:
+        done = subprocess.run([sys.executable, __file__, "--worker", kind, str(count), str(args.width), "1" if with_reserve else "0"],
+                              capture_output=True, text=True, cwd=ROOT, check=True)
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     lines = ["# Index builds: peak memory against the final index\n", f"Command: `{command_line(__file__, sys.argv[1:])}`\n", f"{machine_line()}\n",
-             f"{args.count:,} random unit vectors of width {args.width}, added in chunks of {CHUNK:,} (each chunk: "
+             f"Random unit vectors of width {args.width} ({args.count:,} unless the row says), added in chunks of {CHUNK:,} (each chunk: "
              f"{CHUNK * args.width * 4 / 1e6:.1f} MB). Peak increase = VmHWM − resident memory just before the build; the adding "
              "phase's peak counts from the resident memory before the build too, with the high-water mark reset once the type is "
              "trained. Final = the index as FAISS writes it plus the passage ids.\n",
-             "| type | reserve | final MB | whole build: peak increase MB | ratio | adding phase: peak increase MB | ratio |",
-             "|---|---|---|---|---|---|---|"]
+             "| type | vectors | reserve | final MB | whole build: peak increase MB | ratio | adding phase: peak increase MB | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         final = r["final_bytes"]
         whole, adding = r["whole_peak_increase_bytes"], r["adding_peak_increase_bytes"]
-        lines.append(f"| `{r['type']}` | {'yes' if r['reserve'] else 'no (before)'} | {final / 1e6:.0f} | {whole / 1e6:.0f} | {whole / final:.2f} | "
+        lines.append(f"| `{r['type']}` | {r['count']:,} | {'yes' if r['reserve'] else 'no (before)'} | {final / 1e6:.0f} | {whole / 1e6:.0f} | {whole / final:.2f} | "
                      f"{adding / 1e6:.0f} | {adding / final:.2f} |")
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())

@@ -19,11 +19,16 @@ import faiss
 import numpy as np
 
 from taser.io import atomic_dir
-from taser.retrieval.index_memory import ivf_of, list_assignments, reserve
+from taser.retrieval.index_memory import ivf_of, list_assignments, release_freed_memory, reserve
 from taser.retrieval.index_types import IndexConfig, IndexType, SearchSettings, choose, estimates
 
 log = logging.getLogger(__name__)
 
+# Rows given to an inverted-file index per add: its per-add work buffers (residuals, codes,
+# assignments) scale with the rows of one add, so a large chunk would lift the build's peak by a
+# chunk's worth of them. Inverted lists only: HNSW inserts each add's vectors in level order, so
+# splitting its adds would change the graph it builds.
+ADD_BLOCK = 4096
 Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (vectors, ids) each call
 
 
@@ -146,21 +151,25 @@ class PassageIndex:
         _skip_polysemous_training(template)
         if config.needs_training:
             template.train(_training_sample(chunks, count, dim, config.train_size))
+            release_freed_memory()
         parts = config.num_shards
         bounds = [count * s // parts for s in range(parts + 1)]
         wanted = range(parts) if config.part is None else [config.part]
         indexes = {s: template if i == 0 else faiss.clone_index(template) for i, s in enumerate(wanted)}
         list_sizes = _list_sizes(template, chunks, bounds, wanted) if ivf_of(template) is not None else {}
+        release_freed_memory()
         for s in wanted:  # each part's final capacity at once: adding never doubles a buffer (peak ~ final size)
             reserve(indexes[s], bounds[s + 1] - bounds[s], list_sizes.get(s))
         id_columns = {s: _IdColumn(bounds[s + 1] - bounds[s]) for s in wanted}
-        start = 0
+        start, inverted = 0, ivf_of(template) is not None
         for vectors, ids in chunks():
             for s in wanted:  # the rows of this chunk that fall in part s
                 lo, hi = max(bounds[s], start) - start, min(bounds[s + 1], start + len(vectors)) - start
-                if hi > lo:
-                    indexes[s].add(np.ascontiguousarray(vectors[lo:hi], dtype=np.float32))
-                    id_columns[s].add(np.asarray(ids)[lo:hi])
+                step = ADD_BLOCK if inverted else max(hi - lo, 1)
+                for block in range(lo, hi, step):
+                    end = min(block + step, hi)
+                    indexes[s].add(np.ascontiguousarray(vectors[block:end], dtype=np.float32))
+                    id_columns[s].add(np.asarray(ids)[block:end])
             start += len(vectors)
         if start != count:
             raise ValueError(f"expected {count} vectors, the chunks held {start}")

@@ -19,7 +19,9 @@ fill it without reallocating.
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import platform
 
 import faiss
 import numpy as np
@@ -71,6 +73,21 @@ def reserve(index: faiss.Index, count: int, list_sizes: np.ndarray | None = None
                 lists.resize(number, current)
     else:
         log.warning("no reservation for a %s index: it grows as vectors are added", type(index).__name__)
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's freed pages back to the kernel (glibc's `malloc_trim`); True if it ran.
+
+    Training k-means and assigning a pass of chunks free tens of MB of work buffers that glibc
+    keeps mapped below its (dynamic) mmap threshold; without this, an index build's adding phase
+    starts that much above where it could (`benchmarks/index/peak_memory_results.md`)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def ivf_of(index: faiss.Index) -> faiss.IndexIVF | None:
