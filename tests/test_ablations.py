@@ -70,3 +70,89 @@ def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
     assert (records / "hybrid" / "seed-2" / "results.json").is_file()
     stages = json.loads((tmp_path / "work" / "runs" / "hybrid" / "seed-2" / "experiment.json").read_text())["stages"]
     assert [s["built"] for s in stages if s["stage"] == "train dpr"] == [True]  # dpr at seed 2, trained again for the hybrid
+
+
+# --- the report holds every recorded seed (issue 47): `--report-only` with the default --seeds once
+# dropped the seed-4/5 records of results.md; a rewrite that changes figures says so
+
+
+RECORDS = ROOT / "benchmarks" / "ablations" / "runs"
+
+
+def fake_records(root, seeds_of):
+    """Bare records (a results.json each) of the rows in `seeds_of`: {row key: seeds, or [None]}."""
+    for key, seeds in seeds_of.items():
+        for seed in seeds:
+            directory = root / key / ("no-seed" if seed is None else f"seed-{seed}")
+            directory.mkdir(parents=True)
+            (directory / "results.json").write_text("{}")
+    (root / "dpr" / "seed-7").mkdir()  # a seed directory without results.json: not finished, not reported
+    (root / "dpr" / "seed-x").mkdir()
+
+
+def test_report_pairs_every_recorded_seed(tmp_path):
+    script = load_script()
+    fake_records(tmp_path, {"zero-shot": [None], "dpr": [1, 2, 3, 4, 5], "taser-t2": [1, 2, 3, 5]})
+    held = lambda argv: [(row.key, seed) for row, seed in script.report_pairs(script.parse_args([*argv, "--records", str(tmp_path)]))]  # noqa: E731
+    every = [("zero-shot", None)] + [("dpr", s) for s in (1, 2, 3, 4, 5)] + [("taser-t2", s) for s in (1, 2, 3, 5)]
+    assert held(["--report-only"]) == every  # not the default seeds 1 2 3
+    assert held([]) == every  # the report at the end of a training run too
+    assert held(["--seeds", "1", "2"]) == every  # --seeds of a training run: what to run, not what to report
+    assert held(["--report-only", "--seeds", "2", "5"]) == [("zero-shot", None), ("dpr", 2), ("dpr", 5), ("taser-t2", 2), ("taser-t2", 5)]
+    assert script.parse_args([]).seeds == [1, 2, 3]  # what a training run runs by default is unchanged
+
+
+def test_report_command_names_the_seeds_held():
+    script = load_script()
+
+    def command(argv, held):
+        args = script.parse_args(argv)
+        args.argv = argv
+        return script.report_command(args, held)
+
+    assert command(["--report-only"], [1, 2, 3, 4, 5]) == "python benchmarks/ablations/run.py --seeds 1 2 3 4 5"
+    assert command(["--report-only"], [1, 2]) == "python benchmarks/ablations/run.py"  # a stopped default study: resumes it
+    assert command(["--rows", "dpr", "--seeds", "4", "5"], [1, 2, 3, 4, 5]) == "python benchmarks/ablations/run.py --rows dpr --seeds 1 2 3 4 5"
+    assert command(["--seed", "1", "2", "--report", "--steps", "2"], [1, 2]) == "python benchmarks/ablations/run.py --seeds 1 2 --steps 2"
+
+
+def test_report_changes_say_which_figures_moved(tmp_path, capsys):
+    script = load_script()
+    script.setup_logging()
+    old = "# t\n\n| dpr | 55.5 ± 1.3 | 5 |\n| taser | 55.9 | 5 |\n"
+    assert script.warn_changes(tmp_path / "r.md", old, old) == []
+    assert "differs" not in capsys.readouterr().err
+    new = old.replace("55.5 ± 1.3 | 5", "55.7 ± 1.1 | 3")
+    assert script.warn_changes(tmp_path / "r.md", old, new) == ["@@ -3 +3 @@", "-| dpr | 55.5 ± 1.3 | 5 |", "+| dpr | 55.7 ± 1.1 | 3 |"]
+    err = capsys.readouterr().err
+    assert "FIGURES CHANGED" in err and "-| dpr | 55.5 ± 1.3 | 5 |" in err and "+| dpr | 55.7 ± 1.1 | 3 |" in err
+    script.warn_changes(tmp_path / "r.md", old, old.replace("# t", "# title"))
+    assert "no figure changed" in capsys.readouterr().err
+
+
+def test_report_only_rewrites_from_every_record(tmp_path, capsys):
+    """Over records of seeds 1-5 (copies of the committed dpr ones), `--report-only` reports all five,
+    a second one leaves the file as it was, and one restricted by --seeds says so and warns."""
+    script = load_script()
+    records = tmp_path / "runs"
+    for key, seeds in {"zero-shot": ["no-seed"], "dpr": [f"seed-{s}" for s in range(1, 6)]}.items():
+        for seed in seeds:
+            shutil.copytree(RECORDS / key / seed, records / key / seed)
+    results = tmp_path / "results.md"
+    argv = ["--report-only", "--records", str(records), "--results", str(results), "--resamples", "99"]
+    text = script.main(argv)
+    dpr_line = next(line for line in text.splitlines() if line.startswith("| dpr |"))
+    assert dpr_line.endswith("| 5 | 45.4M |") and "seeds 1, 2, 3, 4, 5." in text and "Rows finished: 6 (row, seed) pairs" in text
+    assert "--resamples 99 --seeds 1 2 3 4 5` (resumes" in text  # the seeds it holds, not a default
+    results.write_text(results.read_text() + "\n## What the study supports\n\nwritten by hand\n")
+    written = results.read_text()
+    capsys.readouterr()
+    script.main(argv)
+    assert results.read_text() == written and "differs from the file it replaced" not in capsys.readouterr().err
+    script.main([*argv, "--seeds", "1", "2", "3"])  # restricted: fine, but the file says so and the rewrite is not silent
+    now = results.read_text()
+    assert "seeds 1, 2, 3 (only those of --seeds; the records also hold seed(s) 4, 5)" in now and "--resamples 99 --seeds 1 2 3` (resumes" in now
+    assert next(line for line in now.splitlines() if line.startswith("| dpr |")).endswith("| 3 | 45.4M |")
+    assert "written by hand" in now
+    err = capsys.readouterr().err
+    assert "FIGURES CHANGED" in err and f"-{dpr_line}" in err

@@ -1,9 +1,17 @@
 """The papers' ablations on the shipped SQuAD protocol, at several seeds, with significance (issue 18):
 the table preset `configs/table/squad_cpu.yaml` run pair by pair (`taser.pipeline.rows`), plus the report.
 
-    python benchmarks/ablations/run.py                          # every row, seeds 1 2 3, ~4 h on 2 CPU cores
+    python benchmarks/ablations/run.py                          # every row, seeds 1 2 3, ~4 h on 2 idle CPU cores
     python benchmarks/ablations/run.py --rows dpr taser-t2      # some rows (the others keep what they have)
-    python benchmarks/ablations/run.py --report-only            # the report of what is finished
+    python benchmarks/ablations/run.py --rows dpr --seeds 4 5   # more seeds of a row
+    python benchmarks/ablations/run.py --report-only            # the report of every recorded pair
+
+The committed results.md holds 51 recorded pairs: seeds 1-5 of `shared`, `dpr`, `taser-t2`,
+`dpr-0neg` and `dpr-no-in-batch`, seeds 1-3 of the eight other trained rows, zero-shot and BM25.
+Its hours: seeds 1-3 about 4 h on 2 idle cores of an AVX2 AMD EPYC (seed 3 ran alone in 1.31 h by
+its `times.json`; three seeds at that rate, with zero-shot and BM25), seeds 4-5 of those five rows
+31 minutes on an Intel Xeon; the recorded times sum to 7.48 h, inflated by pairs that ran beside
+other jobs (results.md, "Time").
 
 Rows (`ROWS`, read from the preset, whose settings they run): zero-shot and BM25 (no seed); `shared`; `dpr` (1 BM25 hard negative, in-batch
 negatives: the baseline of the negatives axes); `taser` with T = 1, 2, 3 (deterministic FFN
@@ -24,18 +32,24 @@ from its last checkpoint in `--work` (every `--save-every` steps). Pairs run see
 at seed 1, then seed 2, ...), so a stopped study has every row at the seeds it finished. A row that
 uses `dpr`'s model (dense mining, hybrid) finds it in the stage store, or trains that seed's `dpr`
 again when the store no longer has it (training is deterministic at a seed on one machine). `results.md` is rewritten from
-every recorded pair at the end of the run (or by `--report-only`, e.g. after a stopped run): the
+every recorded pair at the end of the run (or by `--report-only`, e.g. after a stopped run), at
+every seed recorded for each row whatever `--seeds` says (`--seeds` is what a run trains; given
+with `--report-only` it restricts the report to those seeds, and the file says so); a rewrite that
+changes the file logs a warning with the changed lines and whether figures moved. It holds the
 tables against `dpr`, against zero-shot and against BM25 (mean ± std over seeds, bootstrap intervals
 over questions, † = significant after Holm, each row against the baseline seed by seed), the seeds
-of each row tested against each other once, the machine, and the command. The section
+of each row tested against each other once, the machine, and the command (its `--seeds`: those
+asked for and those the file holds, so it reproduces the file). The section
 from "## What the study supports" on is kept across re-runs: it is written by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import re
 import shutil
 import statistics
 import sys
@@ -54,6 +68,7 @@ KEPT_HEADING = "## What the study supports"
 KS = (1, 5, 20, 100)  # the report's top-k columns
 BASELINES = ("dpr", "zero-shot", "BM25")  # one table each: the trained rows against dpr and zero-shot, the hybrid against BM25
 DATASET = "SQuAD"
+DEFAULT_SEEDS = (1, 2, 3)  # the seeds a training run runs when --seeds is not given
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,9 @@ BY_KEY = {r.key: r for r in ROWS}
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", nargs="+", default=[r.key for r in ROWS], choices=[r.key for r in ROWS])
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--seeds", nargs="+", type=int, default=None,
+                   help=f"the seeds to run (default: {' '.join(map(str, DEFAULT_SEEDS))}); the report holds every recorded seed "
+                        "whatever they are, except with --report-only, where --seeds given restricts it to these")
     p.add_argument("--steps", type=int, default=50, help="training steps per (row, seed)")
     p.add_argument("--batch", type=int, default=16, help="questions per step")
     p.add_argument("--lr", type=float, default=2e-5)
@@ -97,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results.md")
     args = p.parse_args(argv)
     args.rows = [r.key for r in ROWS if r.key in args.rows]  # in the preset's order
+    args.seeds_given = args.seeds is not None
+    args.seeds = list(DEFAULT_SEEDS) if args.seeds is None else args.seeds
     return args
 
 
@@ -154,6 +173,80 @@ def finished(args, row: Row, seed: int | None) -> bool:
     return (record_dir(args, row, seed) / "results.json").is_file()
 
 
+def recorded_seeds(args, row: Row) -> list[int | None]:
+    """Every seed recorded for `row` under the records (`<row>/seed-<s>/results.json`), in order;
+    [None] for an unseeded row that is recorded."""
+    if not row.seeded:
+        return [None] if finished(args, row, None) else []
+    directory = args.records / row.key
+    if not directory.is_dir():
+        return []
+    found = (d.name.removeprefix("seed-") for d in directory.glob("seed-*"))
+    return sorted(int(s) for s in found if s.isdigit() and finished(args, row, int(s)))
+
+
+def report_pairs(args) -> list[tuple[Row, int | None]]:
+    """The (row, seed) pairs the report holds: every pair recorded, at every seed recorded for its
+    row (not only this run's seeds: a report from the default seeds would drop the others); only
+    the seeds of `--seeds` when they are given with `--report-only`."""
+    restrict = args.report_only and args.seeds_given
+    return [(row, seed) for row in ROWS for seed in recorded_seeds(args, row) if seed is None or not restrict or seed in args.seeds]
+
+
+def _is_option(token: str, name: str) -> bool:
+    """Whether `token` is the option `name` (`--seeds`), abbreviated as argparse allows, or `name=...`."""
+    given = token.split("=", 1)[0]
+    return token.startswith("--") and len(given) > 4 and name.startswith(given)
+
+
+def report_command(args, seeds_held: list[int]) -> str:
+    """The command the report names: this one without `--report-only`, its seeds those it was asked
+    for and those the report holds (so it reproduces the file and resumes what stopped), named
+    unless they are the default."""
+    argv, seeds_at = [], None
+    tokens = list(args.argv)
+    while tokens:
+        token = tokens.pop(0)
+        if _is_option(token, "--report-only"):
+            continue
+        if _is_option(token, "--seeds"):
+            seeds_at = len(argv) if seeds_at is None else seeds_at
+            while "=" not in token and tokens and not tokens[0].startswith("-"):
+                tokens.pop(0)
+            continue
+        argv.append(token)
+    seeds = sorted(set(seeds_held) | set(args.seeds))
+    if args.seeds_given or seeds != list(DEFAULT_SEEDS):
+        at = len(argv) if seeds_at is None else seeds_at
+        argv[at:at] = ["--seeds", *map(str, seeds)]
+    return command_line(__file__, argv)
+
+
+_FIGURE = re.compile(r"[-−+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def report_changes(old: str, new: str) -> list[str]:
+    """What rewriting `old` as `new` changes: unified-diff hunks without context (`@@ -l +l @@`
+    naming the lines, then `-old` and `+new` lines); empty when nothing changes."""
+    return [line for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "before", "after", lineterm="", n=0)
+            if not line.startswith(("--- before", "+++ after"))]
+
+
+def warn_changes(path: Path, old: str, new: str, shown: int = 40) -> list[str]:
+    """Say loudly what a rewrite of `path` changed against the file it replaced (figures first of all)."""
+    changes = report_changes(old, new)
+    if not changes:
+        return changes
+    removed = [line[1:] for line in changes if line.startswith("-")]
+    added = [line[1:] for line in changes if line.startswith("+")]
+    figures = sorted(_FIGURE.findall("\n".join(removed))) != sorted(_FIGURE.findall("\n".join(added)))
+    more = f"\n... and {len(changes) - shown} more diff lines" if len(changes) > shown else ""
+    log.warning("%s now differs from the file it replaced: %d line(s) removed, %d added, %s (git diff %s shows them all):\n%s%s",
+                path, len(removed), len(added), "its FIGURES CHANGED" if figures else "no figure changed", path,
+                "\n".join(changes[:shown]), more)
+    return changes
+
+
 RECORDED = ("results.json", "per_query.jsonl")
 
 
@@ -177,7 +270,7 @@ def write_results(args) -> str:
     from taser.evaluation.curves import plot_curves, plot_file_name
     from taser.evaluation.report import read_runs, report_markdown, seed_checks_markdown, table_stats
 
-    done = [(row, seed) for row in ROWS for seed in (args.seeds if row.seeded else [None]) if finished(args, row, seed)]
+    done = report_pairs(args)
     if not done:
         return ""
     runs = read_runs([record_dir(args, row, seed) / "results.json" for row, seed in done])
@@ -192,15 +285,17 @@ def write_results(args) -> str:
     # a pair slowed by another job on the machine inflates the sum; each row's median pair, times its pairs, does not
     typical = sum(statistics.median(sum(t.values()) for t in per_row) * len(per_row) for per_row in times.values())
     seeds_done = sorted({seed for _, seed in done if seed is not None})
+    left_out = sorted({seed for row in ROWS if row.seeded for seed in recorded_seeds(args, row)} - set(seeds_done))
+    seeds_note = f" (only those of --seeds; the records also hold seed(s) {', '.join(map(str, left_out))})" if left_out else ""
     text = [
         "# Ablations with seeds and significance on the SQuAD benchmark (shipped data)\n",
-        f"Command: `{command_line(__file__, [a for a in args.argv if a != '--report-only'])}` (resumes where it stopped; add "
+        f"Command: `{report_command(args, seeds_done)}` (resumes where it stopped; add "
         "`--report-only` to rewrite this file from the records)\n",
         recorded_machine_line(record_dir(args, row, seed) / "results.json" for row, seed in done) + "\n",  # where the records were made
         f"Model: `{args.model}` (pooling and normalisation: the checkpoint's own). Every trained row: {args.steps} steps of {args.batch} "
         f"questions, lr {args.lr:g}, warm-up {max(1, args.steps // 10)}, grad clip {BASE_TRAIN['grad_clip']}, 1 BM25 hard negative per question "
         f"unless the row says otherwise (BM25: {args.bm25_backend}, k1 0.9, b 0.4, top-100 without an answer, mined once), "
-        f"seeds {', '.join(map(str, seeds_done)) or '–'}. Evaluation: the questions of the last articles against every passage "
+        f"seeds {', '.join(map(str, seeds_done)) or '–'}{seeds_note}. Evaluation: the questions of the last articles against every passage "
         f"(answer match, top-k %)" + (f", only the first {args.limit_questions} (smoke run)" if args.limit_questions else "") + ". "
         f"Rows finished: {len(done)} (row, seed) pairs; their summed time: {total / 3600:.2f} h as recorded, "
         f"{typical / 3600:.2f} h at each row's median pair (the recorded times include pairs slowed by other jobs).\n",
@@ -225,7 +320,10 @@ def write_results(args) -> str:
                               for name, per_row in times.items()))
     body = "\n".join(text)
     args.results.parent.mkdir(parents=True, exist_ok=True)
+    old = args.results.read_text() if args.results.is_file() else None
     write_keeping_section(args.results, body, KEPT_HEADING)
+    if old is not None:
+        warn_changes(args.results, old, args.results.read_text())
     return body
 
 
