@@ -21,7 +21,7 @@ from taser.models.convert.conversions import Conversion, check_arguments
 from taser.models.pretrained import resolve_pretrained
 from taser.models.settings import ModelSettings
 from taser.pipeline.evaluate import Retriever, RetrieverSettings
-from taser.pipeline.table import ExperimentJob
+from taser.pipeline.table import DATA_ROOT, ExperimentJob
 from taser.precision import Precision
 from taser.retrieval.bm25 import BM25Settings
 from taser.retrieval.hybrid import DPR_LAMBDA, HybridRule
@@ -274,7 +274,7 @@ class ConvertJob:
 class DownloadJob:
     resource: Any = None  # a resource name (taser.data.resources, DPR's names, e.g. data.retriever.nq-train) or a list of them
     table: Any = None  # table=<name>: also every resource that table names (configs/table/<name>.yaml, its table.data.resources)
-    data_dir: str = "data/downloads"
+    data_dir: str = DATA_ROOT  # taser.pipeline.table.DATA_ROOT: where data=nq/trivia/multiset and the tables look
     list_resources: bool = False  # print the resources there are, and where each lands
     progress: bool = True
 

@@ -31,6 +31,12 @@ class JobPhase(Choice):
     prepare = "prepare"  # only the row's CPU stages (data, BM25 index, BM25-mined negatives): a table's sweep runs them on CPU jobs first
 
 
+# The one default data root: where scripts/download.py puts DPR's files, in DPR's layout (`data.retriever.nq-train` at
+# <root>/data/retriever/nq-train.json). DownloadJob and DataSpec default to it; configs/data/nq.yaml's data_dir (DPR's
+# `data` directory: <root>/data, or $DPR_DATA_DIR) and configs/table/*.yaml repeat it, held to it by tests/test_data_root.py.
+DATA_ROOT = "data/downloads"
+
+
 class DataKind(Choice):
     squad = "squad"  # a SQuAD JSON split into the shipped protocol (passages, training and evaluation questions)
     files = "files"  # DPR's files under data_dir (fetched with scripts/download.py)
@@ -67,7 +73,7 @@ class DataSpec:
     train_articles: int = 30  # kind squad: the first N articles train, the rest evaluate
     limit_questions: int | None = None  # evaluate only the first N questions (smoke runs)
     limit_passages: int | None = None  # retrieve from the first N passages only (smoke runs: not the paper's corpus)
-    data_dir: str = "data/downloads"  # kind files: where scripts/download.py puts the resources
+    data_dir: str = DATA_ROOT  # kind files: where scripts/download.py puts the resources
     train_files: list[str] = field(default_factory=list)  # kind files: names under data_dir (bi-encoder JSON)
     qa_file: str | None = None  # kind files: the evaluation questions (QA TSV) under data_dir
     passages: str | None = None  # kind files: the passages TSV under data_dir
