@@ -37,6 +37,12 @@ gpu-check: $(VENV)/.installed
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# The site served at http://127.0.0.1:8000, rebuilt on every edit (another address: make docs-serve DOCS_ADDR=0.0.0.0:8000).
+# Without a server: `make docs`, then open site/index.html from disk (search works there too).
+.PHONY: docs-serve
+docs-serve: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr $(or $(DOCS_ADDR),127.0.0.1:8000)
+
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
