@@ -3,6 +3,7 @@
 `python scripts/build_index.py embeddings=outputs/train/dpr/embeddings index.type=hnsw`
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

@@ -9,6 +9,7 @@
     base_model=bert-base-uncased allow_pickle=true output=outputs/converted/dpr-reader-nq`
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

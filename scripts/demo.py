@@ -1,5 +1,6 @@
 """`make demo`: the whole chain on the shipped SQuAD data and model; writes outputs/demo/results.md."""
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

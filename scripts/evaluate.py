@@ -11,6 +11,7 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 `python scripts/evaluate.py task=beir beir.hub=BeIR/scifact retriever=bm25`
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

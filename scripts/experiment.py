@@ -4,6 +4,7 @@
     python scripts/experiment.py table=squad_cpu row=dpr seed=2
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

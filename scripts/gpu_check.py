@@ -7,6 +7,7 @@ Dry run on a CPU: python scripts/gpu_check.py scale=dry_run
 
 import sys
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

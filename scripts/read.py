@@ -4,6 +4,7 @@ results.json (EM / F1 at each k passages read) in out_dir.
 python scripts/read.py checkpoint=outputs/reader/final retrieval=outputs/eval/bm25/retrieval.json out_dir=outputs/read/bm25 ks=[1,5,20]
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

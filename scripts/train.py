@@ -3,6 +3,7 @@
 Distributed: `torchrun --nproc_per_node=8 scripts/train.py ...` (train.batch_size is per process).
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed

@@ -4,6 +4,7 @@ python scripts/train_reader.py train_file=outputs/eval/train-bm25/retrieval.json
 Distributed: torchrun --nproc_per_node=8 scripts/train_reader.py ... (train.batch_size is per process).
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+# Scripts run in-process (runpy) import their `_environment` guard as `python scripts/x.py` does,
+# from the scripts' own directory.
+sys.path.insert(0, str(ROOT / "scripts"))
 FIXTURES = ROOT / "tests" / "fixtures"
 SQUAD = ROOT / "data" / "squad" / "squad-v1.1-dev-40-articles.json"
 

@@ -227,6 +227,7 @@ def test_building_an_index_does_not_import_torch(tmp_path):
     code = f"""
 import atexit, json, runpy, sys
 atexit.register(lambda: print("IMPORTED", json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & {{"torch", "transformers"}}))))
+sys.path.insert(0, {str(ROOT / "scripts")!r})  # as `python scripts/build_index.py` has it
 sys.argv = ["build_index.py", "embeddings={tmp_path / 'emb'}", "out_dir={tmp_path / 'ivf'}", "index.type=ivf_pq", "index.pq_m=8"]
 runpy.run_path({str(ROOT / "scripts" / "build_index.py")!r}, run_name="__main__")  # the script as a user runs it
 from taser.pipeline.index import build_index

@@ -1,10 +1,12 @@
 """Every `python scripts/<x>.py ...` (and `torchrun ... scripts/<x>.py ...`) command in the README,
-the docs and the configs' own header comments is composed against the typed configs (Hydra
-compose, without running the job): a renamed or mistyped setting fails here, naming the file and
-line. Under `-m`, a swept setting is composed at its first value."""
+the docs (fenced blocks and inline code spans), the scripts' own docstrings and the configs' header
+comments is composed against the typed configs (Hydra compose, without running the job): a renamed
+or mistyped setting fails here, naming the file and line. Under `-m`, a swept setting is composed
+at its first value."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from pathlib import Path
@@ -29,11 +31,68 @@ def hydra_scripts() -> dict[str, str]:
     return found
 
 
+COMMAND_START = re.compile(r"^(\S*/)?(python3?|torchrun) ")  # `python`, `.venv/bin/python`, `torchrun`
+INLINE_SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
+
+
+def inline_commands(text: str, first_line: int = 1) -> list[tuple[int, str]]:
+    """(line, command) of each inline code span holding a script command (a span may run over a
+    line break, as markdown allows)."""
+    found = []
+    for m in INLINE_SPAN.finditer(text):
+        command = " ".join(m.group(1).split())
+        if COMMAND_START.match(command) and SCRIPT.search(command):
+            found.append((first_line + text.count("\n", 0, m.start()), command))
+    return found
+
+
+def without_fences(text: str) -> str:
+    """`text` with fenced blocks blanked (their lines kept, so line numbers hold)."""
+    lines, fence = text.splitlines(), False
+    for number, line in enumerate(lines):
+        if line.strip().startswith("```"):
+            fence = not fence
+            lines[number] = ""
+        elif fence:
+            lines[number] = ""
+    return "\n".join(lines)
+
+
+def docstring_commands(path: Path) -> list[tuple[int, str]]:
+    """(line, command) of each script command in a Python file's module docstring: inline spans and
+    lines that start with one (a trailing `# remark` dropped, continued lines joined)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    doc = ast.get_docstring(tree, clean=False)
+    if not doc:
+        return []
+    first = tree.body[0].lineno
+    found, pending, start = inline_commands(doc, first), "", 0
+    for offset, line in enumerate(doc.splitlines()):
+        text = line.split("  #")[0].strip()
+        if pending:
+            pending += " " + text
+        elif COMMAND_START.match(text) and SCRIPT.search(text) and "`" not in text:
+            pending, start = text, first + offset
+        if pending.endswith("\\"):
+            pending = pending[:-1].rstrip()
+            continue
+        if pending:
+            found.append((start, pending))
+            pending = ""
+    return found
+
+
 def documented_commands(path: Path) -> list[tuple[int, str]]:
-    """(line, command) of each script command in `path`: fenced code of a markdown file (continued
-    lines joined), or `# python scripts/...` comment lines of a YAML config."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    """(line, command) of each script command in `path`: fenced code and inline code spans of a
+    markdown file (continued lines joined), the module docstring of a Python file, or
+    `# python scripts/...` comment lines of a YAML config."""
+    if path.suffix == ".py":
+        return docstring_commands(path)
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
     found, fence, pending, start = [], False, "", 0
+    if path.suffix == ".md":
+        found += inline_commands(without_fences(text))
     for number, line in enumerate(lines, 1):
         if path.suffix == ".yaml":
             text = re.sub(r"\s+\([^()]*\)$", "", line.lstrip("# ").split("  #")[0].strip())  # a trailing remark: "(DPR's ...)"
@@ -48,7 +107,7 @@ def documented_commands(path: Path) -> list[tuple[int, str]]:
         text = line.split(" #")[0].rstrip() if not line.lstrip().startswith("#") else ""
         if pending:
             pending += " " + text.strip()
-        elif SCRIPT.search(text) and text.lstrip().startswith(("python ", "torchrun ")):
+        elif SCRIPT.search(text) and COMMAND_START.match(text.lstrip()):
             pending, start = text.strip(), number
         if pending and pending.endswith("\\"):
             pending = pending[:-1].rstrip()
@@ -93,7 +152,7 @@ def overrides_of(command: str) -> tuple[str, list[str]]:
 
 def documents() -> list[Path]:
     docs = sorted((ROOT / "docs").rglob("*.md")) if (ROOT / "docs").is_dir() else []
-    return [ROOT / "README.md", *docs, *sorted((ROOT / "configs").glob("*.yaml"))]
+    return [ROOT / "README.md", *docs, *sorted((ROOT / "configs").glob("*.yaml")), *sorted((ROOT / "scripts").glob("*.py"))]
 
 
 def register_all_schemas() -> None:
@@ -150,3 +209,24 @@ def test_a_typo_in_a_documented_command_fails_naming_the_page_and_line(tmp_path,
 ])
 def test_commands_are_read_as_a_shell_reads_them(command, expected):
     assert overrides_of(command) == expected
+
+
+def test_a_typo_in_an_inline_command_fails_naming_the_page_and_line(tmp_path, monkeypatch):
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\nRun it as\n`python scripts/train.py model=taser\ntrain.batch_sizee=4` and see.\n\n"
+                    "```bash\npython scripts/train.py model=taser\n```\n")
+    scripts = hydra_scripts()
+    monkeypatch.setattr("test_documented_commands.ROOT", tmp_path)
+    failures = check(page, scripts)
+    assert len(failures) == 1 and failures[0].startswith("page.md:4: python scripts/train.py model=taser train.batch_sizee=4")
+
+
+def test_a_typo_in_a_scripts_docstring_fails_naming_the_file_and_line(tmp_path, monkeypatch):
+    script = tmp_path / "tool.py"
+    script.write_text('"""A tool.\n\n    python scripts/train.py model=dpr   # fine\n'
+                      '`.venv/bin/python scripts/train.py train.stepz=3`\n"""\n\nimport os\n')
+    scripts = hydra_scripts()
+    monkeypatch.setattr("test_documented_commands.ROOT", tmp_path)
+    assert [line for line, _ in documented_commands(script)] == [4, 3]
+    failures = check(script, scripts)
+    assert len(failures) == 1 and failures[0].startswith("tool.py:4: .venv/bin/python scripts/train.py train.stepz=3")

@@ -250,6 +250,7 @@ elif where == "encode":  # right after the first chunk of passage vectors is wri
             os.kill(os.getpid(), signal.SIGKILL)
     embeddings.ShardWriter.write_chunk = write_chunk
 sys.argv = [sys.argv[1]] + sys.argv[2:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as `python scripts/x.py` has it
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 

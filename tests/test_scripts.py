@@ -116,3 +116,20 @@ def test_multirun_sweeps_negatives(tmp_path, tiny_pretrained, mini_squad):
     assert all("data.data_dir" not in j and "pretrained" not in j for j in jobs)
     for job in jobs:
         assert (out / "multirun" / job / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("*.py") if not p.name.startswith("_")))
+def test_a_python_without_the_environment_is_told_how_to_get_it(script):
+    """Issue 47: `python scripts/x.py` from the system's Python (no hydra, no taser) said only
+    `No module named 'hydra'`. `-S` leaves site-packages out: this Python then lacks both."""
+    done = subprocess.run([sys.executable, "-S", f"scripts/{script}", "model=dpr"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "not taser's environment" in done.stderr and "source " in done.stderr and f"python scripts/{script} model=dpr" in done.stderr
+
+
+def test_convert_checkpoint_help_lists_every_conversion():
+    from taser.models.convert.conversions import Conversion
+
+    done = subprocess.run([sys.executable, "scripts/convert_checkpoint.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    listed = [line.split()[0] for line in done.stdout.split("conversion= one of")[1].split("Examples")[0].strip().splitlines()]
+    assert listed == [c.value for c in Conversion]
