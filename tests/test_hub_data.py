@@ -20,7 +20,7 @@ from taser.data.hub import HubDataError, HubSplit, load_split
 from taser.data.passages import read_passages
 from taser.data.qa import read_qa
 from taser.pipeline.evaluate import RetrieverSettings, evaluate_qa, evaluate_qa_hub
-from taser.pipeline.evaluate_ood import evaluate_beir, evaluate_beir_hub
+from taser.pipeline.evaluate_ood import BeirHub, evaluate_beir
 from taser.pipeline.training_data import open_training_data
 from taser.retrieval.bm25 import BM25Settings
 from taser.training.loader import StepBatches
@@ -249,7 +249,7 @@ def test_beir_from_a_hub_dataset_equals_beirs_files(tmp_path, layout):
         _jsonl(_beir_rows("queries.jsonl"), mirror / "tiny" / "queries" / "queries.jsonl")
         _jsonl(_qrels_rows(), mirror / "tiny-qrels" / "test.jsonl")
     files = evaluate_beir(BM25S, BEIR, tmp_path / "files", work_dir=tmp_path / "work-files", dataset="tiny")
-    hub = evaluate_beir_hub(BM25S, str(mirror / "tiny"), tmp_path / "hub", work_dir=tmp_path / "work-hub", cache_dir=tmp_path / "hf")
+    hub = evaluate_beir(BM25S, BeirHub(str(mirror / "tiny"), tmp_path / "hf"), tmp_path / "hub", work_dir=tmp_path / "work-hub")
     assert hub["dataset"] == "tiny" and hub["queries"] == files["queries"] > 0
     for key in ("metrics", "top_k_curve", "documents", "summary", "identical_ids_dropped"):
         assert hub[key] == files[key], key
@@ -292,7 +292,7 @@ def test_offline_a_dataset_not_in_the_cache_fails_naming_what_to_fetch(tmp_path)
     assert "HF_DATASETS_OFFLINE" in message and "datasets.load_dataset('BeIR/not-cached-here', 'corpus', split='corpus')" in message
     assert e.value.__cause__ is None and e.value.__suppress_context__  # no traceback from inside datasets
     with pytest.raises(HubDataError, match="BeIR/not-cached-here-qrels .* is not in the local datasets cache"):
-        evaluate_beir_hub(BM25S, "BeIR/not-cached-here", tmp_path / "out", cache_dir=tmp_path / "hf")
+        evaluate_beir(BM25S, BeirHub("BeIR/not-cached-here", tmp_path / "hf"), tmp_path / "out")
 
 
 def test_a_local_copy_without_the_split_names_what_it_has(tmp_path):

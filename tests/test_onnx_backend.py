@@ -337,3 +337,15 @@ def test_bad_input_to_the_int8_recipes_says_what_is_wrong(tmp_path, tiny_pretrai
         quantize_int8_static(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds, quant_format="QInt8")
     with pytest.raises(ValueError, match="at least one calibration batch"):
         quantize_int8_static(tmp_path / "a.onnx", tmp_path / "b.onnx", [])
+
+
+def test_calibration_texts_are_the_shipped_package_data():
+    """The texts moved from Python code to package data unchanged: the digest the caches record is
+    the one the int8 graphs were calibrated under (a change of texts must be deliberate)."""
+    from taser.models import calibration_texts
+    from taser.models.onnx_backend import calibration_digest
+
+    questions, passages = calibration_texts.questions(), calibration_texts.passages()
+    assert len(questions) == len(passages) == 128 and all(len(p) == 2 and all(p) for p in passages)
+    assert questions[0] == "Which NFL team represented the AFC at Super Bowl 50?"
+    assert calibration_digest() == "fca15e4b440a58e0"

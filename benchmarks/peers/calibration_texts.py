@@ -1,4 +1,4 @@
-"""Writes `taser/models/calibration_texts.py`: the texts `backend=onnx_int8_static` calibrates its
+"""Writes `taser/models/calibration_texts.json` (package data, read by `taser.models.calibration_texts`): the texts `backend=onnx_int8_static` calibrates its
 activation ranges on (taser.models.onnx_backend), drawn from the shipped SQuAD file's training
 articles only (the SQuAD protocol's first 30 of 40: `convert_squad`'s default split), so that no
 evaluation question or its article is among them.
@@ -8,6 +8,7 @@ evaluation question or its article is among them.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -32,17 +33,8 @@ def main() -> None:
     train = articles[:TRAIN_ARTICLES]
     questions = spread([q.question for a in train for q in a.questions], COUNT)
     passages = spread([(corpus[i].title, corpus[i].text) for a in train for i in a.passage_ids], COUNT)
-    out = ROOT / "taser" / "models" / "calibration_texts.py"
-    lines = ["# ruff: noqa: E501 (one text a line)", '"""Calibration texts of `backend=onnx_int8_static` (`taser.models.onnx_backend`): 128 questions and',
-             "128 passages (title, text) of the shipped SQuAD file's 30 training articles (the SQuAD protocol's",
-             "training split: no evaluation question or its article), evenly spaced. Written by",
-             'benchmarks/peers/calibration_texts.py; changing them changes the graphs (their digest is in the cache)."""',
-             "", "# fmt: off", "QUESTIONS: tuple[str, ...] = ("]
-    lines += [f"    {q!r}," for q in questions]
-    lines += [")", "", "PASSAGES: tuple[tuple[str, str], ...] = ("]
-    lines += [f"    ({t!r}, {x!r})," for t, x in passages]
-    lines += [")", "# fmt: on", ""]
-    out.write_text("\n".join(lines))
+    out = ROOT / "taser" / "models" / "calibration_texts.json"
+    out.write_text(json.dumps({"questions": questions, "passages": [list(p) for p in passages]}, ensure_ascii=False, indent=0) + "\n")
     print(f"{out}: {len(questions)} questions, {len(passages)} passages")
 
 

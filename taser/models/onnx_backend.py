@@ -157,7 +157,7 @@ def calibration_feeds(tokenizer, config, side: str, texts=None, batch_size: int 
     if texts is None:
         from taser.models import calibration_texts
 
-        texts = calibration_texts.QUESTIONS if side == "question" else calibration_texts.PASSAGES
+        texts = calibration_texts.questions() if side == "question" else calibration_texts.passages()
     texts = list(texts)
     if not texts:
         raise ValueError(f"static int8 needs calibration texts for the {side} graph: none given")
@@ -177,7 +177,7 @@ def calibration_digest() -> str:
     """A digest of the shipped calibration texts (a cache calibrated on others is rebuilt)."""
     from taser.models import calibration_texts
 
-    return hashlib.sha256(json.dumps([calibration_texts.QUESTIONS, calibration_texts.PASSAGES]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([calibration_texts.questions(), calibration_texts.passages()]).encode()).hexdigest()[:16]
 
 
 def quantize_int8_static(source: Path, target: Path, feeds: list[dict], keep_float: list[str] = (), quant_format: str = STATIC_FORMAT) -> None:

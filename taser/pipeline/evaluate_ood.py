@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from taser.data.beir import beir_files, read_beir_split, write_beir_passages
@@ -87,9 +88,18 @@ def _head(task: str, dataset: str, split: str, name: str | None) -> dict:
     return {"task": task, "dataset": dataset, "split": split, **({"name": name} if name else {})}
 
 
+@dataclass(frozen=True)
+class BeirHub:
+    """A BEIR dataset of the hub (`BeIR/<name>` and `BeIR/<name>-qrels`, or a local mirror of them:
+    `taser.data.hub_beir`), read through `datasets`; `cache_dir`: its cache (default: the hub's)."""
+
+    name: str
+    cache_dir: str | os.PathLike | None = None
+
+
 def evaluate_beir(
     settings: RetrieverSettings,
-    beir_dir: str | os.PathLike,
+    source: str | os.PathLike | BeirHub,
     out_dir: str | os.PathLike,
     split: str = "test",
     k: int = 100,
@@ -98,39 +108,24 @@ def evaluate_beir(
     dataset: str | None = None,
     name: str | None = None,
 ) -> dict:
-    """BEIR's nDCG@10, Recall@100 and MRR@10 of `settings`' retriever on a BEIR dataset directory.
+    """BEIR's nDCG@10, Recall@100 and MRR@10 of `settings`' retriever on a BEIR dataset: `source`
+    is its directory (`corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv`) or a `BeirHub`.
 
     `work_dir` (default `<out_dir>/beir-corpus`) keeps the corpus converted to a passages TSV and,
     unless `settings.bm25.index_dir` says otherwise, its BM25 index (`bm25-<backend>`): runs of
     several systems on one dataset share them. Writes `out_dir/run.trec` (after the identical-id
     rule) and `out_dir/results.json`; returns the results.
     """
-    files = beir_files(beir_dir, split)
-    queries, qrels = read_beir_split(files)
     work = Path(work_dir) if work_dir else Path(out_dir) / "beir-corpus"
-    passages_tsv, counts = beir_passages_tsv(files.corpus, work)
-    return _evaluate_beir(settings, queries, qrels, passages_tsv, counts, work, out_dir, dataset or files.name, split, k, ignore_identical_ids, name)
-
-
-def evaluate_beir_hub(
-    settings: RetrieverSettings,
-    hub_name: str,
-    out_dir: str | os.PathLike,
-    split: str = "test",
-    k: int = 100,
-    ignore_identical_ids: bool = True,
-    work_dir: str | os.PathLike | None = None,
-    dataset: str | None = None,
-    name: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> dict:
-    """`evaluate_beir` on a BEIR dataset of the hub (`BeIR/<name>` and `BeIR/<name>-qrels`, or a local
-    mirror of them: `taser.data.hub_beir`), through `datasets`."""
-    beir = load_beir_hub(hub_name, split, cache_dir)
-    work = Path(work_dir) if work_dir else Path(out_dir) / "beir-corpus"
-    passages_tsv, counts = beir_hub_passages_tsv(beir, work)
-    return _evaluate_beir(settings, beir.queries, beir.qrels, passages_tsv, counts, work, out_dir, dataset or beir.name, split, k,
-                          ignore_identical_ids, name)
+    if isinstance(source, BeirHub):
+        beir = load_beir_hub(source.name, split, source.cache_dir)
+        queries, qrels, default_name = beir.queries, beir.qrels, beir.name
+        passages_tsv, counts = beir_hub_passages_tsv(beir, work)
+    else:
+        files = beir_files(source, split)
+        (queries, qrels), default_name = read_beir_split(files), files.name
+        passages_tsv, counts = beir_passages_tsv(files.corpus, work)
+    return _evaluate_beir(settings, queries, qrels, passages_tsv, counts, work, out_dir, dataset or default_name, split, k, ignore_identical_ids, name)
 
 
 def _evaluate_beir(settings: RetrieverSettings, queries: dict, qrels: dict, passages_tsv: Path, counts: dict, work: Path, out_dir,

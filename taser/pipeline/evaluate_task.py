@@ -4,7 +4,7 @@ files or from the hub (`data.source=hub`, `beir.hub`)."""
 from __future__ import annotations
 
 from taser.pipeline.evaluate import evaluate_qa, evaluate_qa_hub
-from taser.pipeline.evaluate_ood import evaluate_beir, evaluate_beir_hub, evaluate_entity_questions
+from taser.pipeline.evaluate_ood import BeirHub, evaluate_beir, evaluate_entity_questions
 
 
 def run_evaluation(job) -> dict:
@@ -13,10 +13,8 @@ def run_evaluation(job) -> dict:
     hub = job.data.hub if job.data.source == "hub" else None
     if job.task == "beir":
         b = job.beir
-        if b.hub:
-            return evaluate_beir_hub(settings, b.hub, job.out_dir, b.split, job.k, b.ignore_identical_ids, b.work_dir, job.dataset, job.name,
-                                     job.data.hub.cache_dir)
-        return evaluate_beir(settings, b.dir, job.out_dir, b.split, job.k, b.ignore_identical_ids, b.work_dir, job.dataset, job.name)
+        source = BeirHub(b.hub, job.data.hub.cache_dir) if b.hub else b.dir
+        return evaluate_beir(settings, source, job.out_dir, b.split, job.k, b.ignore_identical_ids, b.work_dir, job.dataset, job.name)
     if job.task == "entity_questions":
         e = job.entity_questions
         passages = job.passages
