@@ -5,10 +5,11 @@ and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Read
 (`scripts/read.py`) add EM@k columns beside their retriever's top-k.
 
 `python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
-`python scripts/report.py 'runs=[outputs/eval]' baseline='dpr (model=dpr/final)'`
+`python scripts/report.py 'runs=[outputs/eval]' "baseline='dpr (model=dpr/final)'"`  (quoted for the shell and for Hydra)
 `python scripts/report.py 'runs=[outputs/experiments/squad_cpu]' baseline=dpr 'inspect=["taser T=2"]' inspect_k=5`  (an HTML page per system)
 """
 
+import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed

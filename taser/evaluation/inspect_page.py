@@ -2,27 +2,41 @@
 file) for a system against its baseline on one dataset.
 
 - a summary: each system's figure (mean over its seeds), the difference, the test of these runs
-  and, where both have several seeds, the recipe test (`taser.evaluation.comparison`);
+  and, where both have several seeds, the recipe test (`taser.evaluation.comparison`), with the
+  family its Holm correction runs over and whether that is the family of the report beside it;
 - the questions that flipped at k: found (an answer in the first k passages) by one system and
   missed by the other, as a fraction of each system's seeds; sortable by any column and filtered by
-  text and by kind (gained, lost, mixed); each row opens on the question, its gold answers and both
-  systems' first passages (of their first seed) with the answers highlighted;
+  text and by kind (gained, lost, mixed); each row opens on the question, its gold answers, the
+  rank at which each seed first found an answer, the passage the question was written from (where
+  the data says so: SQuAD) and both systems' first passages (of their first seed) where a
+  `retrieval.json` lies beside the run's `results.json`;
 - the report's top-k curve, embedded, when it was drawn.
 
-Questions, answers and passages come from the `retrieval.json` each evaluation writes beside its
-`results.json`; without it a row shows the question's id only. The filter can also be set from the
-address (`page.html#q=word&kind=lost`), so a link opens on a given view.
+The texts come from the runs themselves and from the data they name (`runs_data`): a
+`retrieval.json` beside `results.json` (questions, answers, retrieved passages); else the QA file
+and passages the run's `results.json` names (`qa_file`, `passages`, `squad_json`), else the data of
+the table preset that evaluates the run's dataset (`configs/table/*.yaml`: the committed ablation
+runs, `benchmarks/ablations/runs/`, are the SQuAD dev split of `data/squad/`). A recorded path is
+tried as given, under the repository, the current directory and the run's directories. Only the
+questions and passages shown are kept: a QA file or passages TSV is streamed once, after the ids
+needed are known (DPR's 21M passages never sit in memory). When texts are missing, one warning at
+the top of the page (and one in the log) says which file was looked for where, and how to get it.
+The filter can also be set from the address (`page.html#q=word&kind=lost`), so a link opens on a given view.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
+import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from taser.data.passages import Passage, read_passages
 from taser.data.retrieval_json import iter_retrieval_results
 from taser.evaluation.comparison import Comparison
 from taser.evaluation.per_query import metric_values
@@ -30,13 +44,264 @@ from taser.evaluation.runs import RunResult
 from taser.io import atomic_open
 
 PASSAGES_SHOWN = 5
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TABLE_PRESETS = REPO_ROOT / "configs" / "table"
+PASSAGE_KEYS = ("passages", "passages_tsv", "passages_file")  # the keys of results.json that may name the passages TSV
+
+log = logging.getLogger(__name__)
 
 
-def _retrieval(run: RunResult) -> list[dict] | None:
+# -- where the texts come from ---------------------------------------------------------------
+@dataclass
+class QuestionText:
+    question: str
+    answers: list[str]
+    gold: str | None = None  # the id of the passage the question was written from (SQuAD), when known
+
+
+@dataclass
+class Texts:
+    """The texts of the questions shown (by 0-based position in the run's QA file) and of the passages
+    shown (by id), where they came from, and what is missing with how to get it."""
+
+    questions: dict[int, QuestionText] = field(default_factory=dict)
+    passages: dict[str, Passage] = field(default_factory=dict)
+    source: str = ""  # a sentence for the page: which files, found how
+    problems: list[str] = field(default_factory=list)  # each: what is missing, where it was looked for, how to get it
+    named: DataNamed | None = None  # the data the runs name, when any
+    run_dir: Path | None = None  # the directory of the run that named it (where its relative paths may start)
+
+
+def _results(run: RunResult) -> dict:
+    try:
+        return json.loads(Path(run.path).read_text(encoding="utf-8")) if run.path else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _candidates(recorded: str, run_dir: Path | None) -> list[Path]:
+    """Where a path recorded by a run may be now: as given; relative to the repository, the current
+    directory, the run's directory and its parents; an absolute path of another checkout or machine
+    re-rooted under the repository and the current directory (its last 2, 3, ... parts)."""
+    given = Path(os.path.expanduser(recorded))
+    roots = [REPO_ROOT, Path.cwd()]
+    if run_dir is not None:
+        roots += [run_dir, *run_dir.parents]
+    out = [given] if given.is_absolute() else [root / given for root in roots]
+    if given.is_absolute():
+        parts = given.parts[1:]
+        out += [root / Path(*parts[i:]) for i in range(len(parts) - 2, -1, -1) for root in roots[:2]][::-1]
+    return list(dict.fromkeys(Path(os.path.abspath(p)) for p in out))
+
+
+def locate(recorded: str, run_dir: Path | None = None) -> tuple[Path | None, list[Path]]:
+    """The file a run's recorded path names (None when none of the candidates exists), and the paths tried."""
+    tried = _candidates(recorded, run_dir)
+    return next((p for p in tried if p.is_file()), None), tried
+
+
+def _tried(paths: Sequence[Path]) -> str:
+    shown = [str(p) for p in paths[:4]]
+    return ", ".join(shown) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+
+
+def _hint(path: str, preset: str | None = None, data_dir: str | None = None) -> str:
+    """How to get a missing data file back."""
+    name = Path(path).name
+    if name.endswith(".json") and "squad" in name.lower() and Path(path).parent.name == "squad":
+        return f"it ships with the repository: `git checkout -- data/squad/{name}` (docs/data.md)"
+    if name in ("passages.tsv", "dev.qa.tsv", "train.qa.tsv", "dev.json", "train.json"):
+        return f"recreate it from the shipped SQuAD JSON: `python scripts/prepare_squad.py out_dir={Path(path).parent}`"
+    if preset is not None:
+        return f"fetch it: `python scripts/download.py table={preset} data_dir={data_dir or 'data/downloads'}` (docs/data.md)"
+    return "fetch it with `python scripts/download.py` (docs/data.md lists the resources)"
+
+
+def _preset(dataset: str) -> tuple[str, dict] | None:
+    """The first table preset (configs/table/*.yaml) whose data is the dataset named `dataset`: (its name, its `table.data`)."""
+    import yaml
+
+    for path in sorted(TABLE_PRESETS.glob("*.yaml")):
+        try:
+            data = ((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("table") or {}).get("data") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if isinstance(data, dict) and str(data.get("dataset")) == dataset:
+            return path.stem, data
+    return None
+
+
+@dataclass
+class DataNamed:
+    """The data one run was evaluated on, as far as its records (or its table preset) name it."""
+
+    how: str  # "its results.json" or "the table preset configs/table/<name>.yaml (the run names no data)"
+    squad_json: str | None = None
+    train_articles: int = 30
+    qa_file: str | None = None
+    passages: str | None = None
+    preset: str | None = None
+    data_dir: str | None = None
+
+
+def data_named(run: RunResult) -> DataNamed | None:
+    """What `run` says it was evaluated on: `qa_file` / `passages` / `squad_json` (and `train_articles`)
+    in its results.json (or under a `data` object there), else the data of the table preset that
+    evaluates its dataset; None when neither names any."""
+    results = _results(run)
+    record = {**(results.get("data") if isinstance(results.get("data"), dict) else {}), **results}
+    passages = next((record[k] for k in PASSAGE_KEYS if isinstance(record.get(k), str)), None)
+    named = {k: record.get(k) for k in ("qa_file", "squad_json") if isinstance(record.get(k), str)}
+    if named or passages:
+        return DataNamed(f"{Path(run.path).name if run.path else 'results.json'} of the run", named.get("squad_json"),
+                         int(record.get("train_articles") or 30), named.get("qa_file"), passages)
+    found = _preset(run.dataset)
+    if found is None:
+        return None
+    name, spec = found
+    how = f"the table preset configs/table/{name}.yaml, which evaluates {run.dataset}; the run's results.json names no data"
+    if spec.get("squad_json"):
+        return DataNamed(how, str(spec["squad_json"]), int(spec.get("train_articles") or 30), preset=name)
+    root = str(spec.get("data_dir") or ".")
+    join = (lambda f: str(Path(root) / str(f)) if f else None)  # noqa: E731
+    return DataNamed(how, qa_file=join(spec.get("qa_file")), passages=join(spec.get("passages")), preset=name, data_dir=root)
+
+
+def passages_by_id(path: str | os.PathLike, ids: Iterable[str]) -> dict[str, Passage]:
+    """The passages of a passages TSV with the ids wanted: one streaming pass, stopping once all are
+    found; no other passage is kept."""
+    wanted, found = set(map(str, ids)), {}
+    if not wanted:
+        return found
+    for passage in read_passages(path):
+        if passage.id in wanted:
+            found[passage.id] = passage
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def _squad_texts(path: Path, train_articles: int, needed: set[int], questions: int) -> tuple[dict[int, QuestionText], dict[str, Passage]]:
+    """The dev split of a SQuAD JSON as `taser.data.squad.convert_squad` writes it (the articles after the
+    first `train_articles`): the questions needed with the passage each was written from."""
+    from taser.data.squad import load_squad
+
+    corpus, articles = load_squad(path)
+    dev = [q for a in articles[train_articles:] for q in a.questions]
+    if len(dev) != questions:
+        raise ValueError(f"{path} split after {train_articles} articles holds {len(dev):,} questions, the runs {questions:,}: "
+                         "not the data they were evaluated on")
+    out, passages = {}, {}
+    for i in sorted(n for n in needed if n < len(dev)):
+        q = dev[i]
+        gold = corpus[q.positive] if q.positive is not None else None
+        out[i] = QuestionText(q.question, list(q.answers), gold.id if gold else None)
+        if gold is not None:
+            passages[gold.id] = gold
+    return out, passages
+
+
+def _qa_texts(path: Path, needed: set[int], questions: int) -> dict[int, QuestionText]:
+    """The questions needed of a QA TSV, streamed; the file must hold as many questions as the runs."""
+    from taser.data.qa import read_qa
+
+    out, count = {}, 0
+    for i, pair in enumerate(read_qa(path)):
+        count += 1
+        if i in needed:
+            out[i] = QuestionText(pair.question, list(pair.answers))
+    if count != questions:
+        raise ValueError(f"{path} holds {count:,} questions, the runs {questions:,}: not the data they were evaluated on")
+    return out
+
+
+def runs_data(runs: Sequence[RunResult], needed: set[int], questions: int) -> Texts:
+    """The texts of the questions at the positions `needed` (and of the passages they were written
+    from, where the data says) from the data the first of `runs` that names any names; `questions`:
+    how many the runs were evaluated on (a file holding another count is not theirs)."""
+    texts = Texts()
+    named, run = next(((d, r) for r in runs if (d := data_named(r)) is not None), (None, None))
+    texts.named, texts.run_dir = named, (Path(run.path).parent if run is not None and run.path else None)
+    if named is None:
+        names = ", ".join(sorted({r.dataset for r in runs}))
+        texts.problems.append(f"the runs name no data (their results.json holds no qa_file, passages or squad_json) and no table preset "
+                              f"(configs/table/*.yaml) evaluates a dataset named {names}: evaluate again with scripts/evaluate.py, "
+                              "which keeps retrieval.json (questions, answers, passages) beside results.json")
+        return texts
+    run_dir = texts.run_dir
+    source = named.squad_json or named.qa_file
+    if source is None:
+        texts.problems.append(f"{named.how} names passages but no QA file: the questions' texts are unknown")
+        return texts
+    path, tried = locate(source, run_dir)
+    if path is None:
+        texts.problems.append(f"{source} (named by {named.how}) is missing: tried {_tried(tried)}; {_hint(source, named.preset, named.data_dir)}")
+        return texts
+    try:
+        if named.squad_json:
+            texts.questions, texts.passages = _squad_texts(path, named.train_articles, needed, questions)
+            texts.source = (f"Questions, answers and the passage each was written from: {_display(path)} (the articles after the first "
+                            f"{named.train_articles}, as scripts/prepare_squad.py splits it), named by {named.how}.")
+        else:
+            texts.questions = _qa_texts(path, needed, questions)
+            texts.source = f"Questions and answers: {_display(path)}, named by {named.how}."
+    except (ValueError, OSError) as e:
+        texts.problems.append(f"{e} (named by {named.how})")
+    return texts
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _retrieval(run: RunResult, needed: set[int]) -> dict[int, dict] | None:
+    """The records at the positions `needed` of the retrieval.json beside the run's results.json (its
+    first passages only), streamed; None without the file."""
     if not run.path:
         return None
     path = Path(run.path).parent / "retrieval.json"
-    return list(iter_retrieval_results(path)) if path.is_file() else None
+    if not path.is_file():
+        return None
+    out: dict[int, dict] = {}
+    if not needed:
+        return out
+    for i, record in enumerate(iter_retrieval_results(path)):
+        if i in needed:
+            out[i] = {**record, "ctxs": record["ctxs"][:PASSAGES_SHOWN]}
+            if len(out) == len(needed):
+                break
+    return out
+
+
+def _fill_ctx_texts(records: Iterable[dict], runs: Sequence[RunResult], texts: Texts) -> None:
+    """Retrieved passages recorded by id only get their title and text from the passages TSV the runs
+    name (one streaming pass for all of them)."""
+    bare = [ctx for record in records for ctx in record["ctxs"] if not ctx.get("text")]
+    if not bare:
+        return
+    if texts.named is None:
+        texts.named, run = next(((d, r) for r in runs if (d := data_named(r)) is not None), (None, None))
+        texts.run_dir = Path(run.path).parent if run is not None and run.path else None
+    named = texts.named
+    if named is None or not named.passages:
+        texts.problems.append(f"{len(bare)} retrieved passage(s) are recorded by id only and the runs name no passages file to read them from")
+        return
+    path, tried = locate(named.passages, texts.run_dir)
+    if path is None:
+        texts.problems.append(f"{named.passages} (named by {named.how}) is missing: tried {_tried(tried)}; "
+                              f"{_hint(named.passages, named.preset, named.data_dir)}")
+        return
+    found = passages_by_id(path, {str(ctx["id"]) for ctx in bare})
+    for ctx in bare:
+        passage = found.get(str(ctx["id"]))
+        if passage is not None:
+            ctx["title"], ctx["text"] = passage.title, passage.text
+    lost = len({str(ctx["id"]) for ctx in bare} - set(found))
+    if lost:
+        texts.problems.append(f"{lost} retrieved passage id(s) are not in {_display(path)}: not the passages the runs searched")
 
 
 def _hits(runs: Sequence[RunResult], k: int) -> dict[str, float]:
@@ -69,8 +334,15 @@ def _passages(record: dict | None, answers: Sequence[str], k: int) -> str:
     items = []
     for rank, ctx in enumerate(record["ctxs"][: min(k, PASSAGES_SHOWN)], 1):
         flag = "✓" if ctx.get("has_answer") else "·"
-        items.append(f"<li><b>{flag} {rank}. {html.escape(str(ctx.get('title', '')))}</b> {_highlight(str(ctx.get('text', '')), answers)}</li>")
+        text = _highlight(str(ctx["text"]), answers) if ctx.get("text") else f"<i>passage {html.escape(str(ctx.get('id')))}: text unknown</i>"
+        items.append(f"<li><b>{flag} {rank}. {html.escape(str(ctx.get('title', '')))}</b> {text}</li>")
     return "<ol class=passages>" + "".join(items) + "</ol>"
+
+
+def _ranks(runs: Sequence[RunResult], by_run: Sequence[dict[str, int | None]], qid: str) -> str:
+    """'3 (seed 1), – (seed 2)': the rank of each seed's first passage with an answer."""
+    return ", ".join(f"{'–' if m.get(qid) is None else m[qid]}" + (f" (seed {r.seed})" if r.seed is not None else "")
+                     for r, m in zip(runs, by_run))
 
 
 def _kind(mine: float, theirs: float) -> str:
@@ -83,8 +355,12 @@ def _kind(mine: float, theirs: float) -> str:
 
 
 def inspection_page(system_runs: Sequence[RunResult], baseline_runs: Sequence[RunResult], k: int, comparison: Comparison | None = None,
-                    plot: str | os.PathLike | None = None) -> str:
-    """The page's HTML: `system_runs` (its seeds) against `baseline_runs` on one dataset at top-k."""
+                    plot: str | os.PathLike | None = None, report_columns: Sequence[tuple[str, str]] | None = None,
+                    said: set[str] | None = None) -> str:
+    """The page's HTML: `system_runs` (its seeds) against `baseline_runs` on one dataset at top-k.
+    `report_columns`: the (dataset, metric) columns of the report the page goes with, so that the
+    page can say whether its tests' family is the report's; `said`: warnings already logged (by the
+    other pages of one report), not logged again."""
     system, baseline = system_runs[0].system, baseline_runs[0].system
     dataset = system_runs[0].dataset
     if any(r.per_query is None for r in [*system_runs, *baseline_runs]):
@@ -92,34 +368,91 @@ def inspection_page(system_runs: Sequence[RunResult], baseline_runs: Sequence[Ru
     mine, theirs = _hits(system_runs, k), _hits(baseline_runs, k)
     if set(mine) != set(theirs):
         raise ValueError(f"{system} and {baseline} were evaluated on different questions")
-    retrieved_mine, retrieved_theirs = _retrieval(system_runs[0]), _retrieval(baseline_runs[0])
+    flipped = [(qid, int(qid) if qid.isdigit() else position)
+               for position, qid in enumerate(str(r["id"]) for r in system_runs[0].per_query) if mine[qid] != theirs[qid]]
+    needed = {index for _, index in flipped}
+    retrieved_mine, retrieved_theirs = _retrieval(system_runs[0], needed), _retrieval(baseline_runs[0], needed)
+    covered = set(retrieved_mine or ()) | set(retrieved_theirs or ())
+    texts = runs_data([*system_runs, *baseline_runs], needed, len(system_runs[0].per_query)) if needed - covered else Texts()
+    _fill_ctx_texts([*(retrieved_mine or {}).values(), *(retrieved_theirs or {}).values()], [*system_runs, *baseline_runs], texts)
+    ranks_mine = [{str(r["id"]): r.get("rank") for r in run.per_query} for run in system_runs]
+    ranks_theirs = [{str(r["id"]): r.get("rank") for r in run.per_query} for run in baseline_runs]
+    lists = retrieved_mine is not None or retrieved_theirs is not None
     rows = []
-    for position, qid in enumerate(system_runs[0].per_query and [str(r["id"]) for r in system_runs[0].per_query]):
-        if mine[qid] == theirs[qid]:
-            continue
-        index = int(qid) if qid.isdigit() else position
-        rec_mine = retrieved_mine[index] if retrieved_mine and index < len(retrieved_mine) else None
-        rec_theirs = retrieved_theirs[index] if retrieved_theirs and index < len(retrieved_theirs) else None
-        question = (rec_mine or rec_theirs or {}).get("question", f"question {qid}")
-        answers = [str(a) for a in (rec_mine or rec_theirs or {}).get("answers", [])]
+    for qid, index in flipped:
+        rec_mine = (retrieved_mine or {}).get(index)
+        rec_theirs = (retrieved_theirs or {}).get(index)
+        known = texts.questions.get(index)
+        record = rec_mine or rec_theirs or {}
+        question = record.get("question") or (known.question if known else f"question {qid}")
+        answers = [str(a) for a in (record.get("answers") or (known.answers if known else []))]
         kind = _kind(mine[qid], theirs[qid])
         detail = (f"<div class=detail><p><b>Answers:</b> {html.escape(' | '.join(answers)) or '–'}</p>"
-                  f"<div class=cols><div><h4>{html.escape(system)}</h4>{_passages(rec_mine, answers, k)}</div>"
-                  f"<div><h4>{html.escape(baseline)}</h4>{_passages(rec_theirs, answers, k)}</div></div></div>")
+                  f"<p><b>First passage with an answer, rank by seed</b> ({html.escape(system)}: "
+                  f"{_ranks(system_runs, ranks_mine, qid)}; {html.escape(baseline)}: {_ranks(baseline_runs, ranks_theirs, qid)})</p>")
+        gold = texts.passages.get(known.gold) if known and known.gold else None
+        if gold is not None:
+            detail += (f"<div class=gold><h4>The passage the question was written from</h4><p><b>{html.escape(gold.title)}</b> "
+                       f"{_highlight(gold.text, answers)}</p></div>")
+        if lists:
+            detail += (f"<div class=cols><div><h4>{html.escape(system)}</h4>{_passages(rec_mine, answers, k)}</div>"
+                       f"<div><h4>{html.escape(baseline)}</h4>{_passages(rec_theirs, answers, k)}</div></div>")
         rows.append(f"<tr class=row data-kind={kind} data-text=\"{html.escape(question.lower())}\"><td>{html.escape(qid)}</td>"
-                    f"<td><details><summary>{html.escape(question)}</summary>{detail}</details></td>"
+                    f"<td><details><summary>{html.escape(question)}</summary>{detail}</div></details></td>"
                     f"<td>{mine[qid]:.2f}</td><td>{theirs[qid]:.2f}</td><td>{mine[qid] - theirs[qid]:+.2f}</td><td>{kind}</td></tr>")
-    summary = _summary(system_runs, baseline_runs, k, comparison, mine, theirs)
+    warning = ""
+    if texts.problems:
+        why = "; ".join(texts.problems) + (". Rows without a question text show its id." if needed - covered - set(texts.questions) else ".")
+        warning = f"<div class=warning role=alert><b>Texts missing.</b> {html.escape(why)}</div>"
+        message = f"texts missing on the inspection page of {system} against {baseline} on {dataset}: {why}"
+        if said is None or why not in said:  # the pages of one report over the same data warn once
+            log.warning("%s", message)
+            if said is not None:
+                said.add(why)
+    source = texts.source + ("" if lists or not needed else
+                             " Neither run kept its retrieved passages (a retrieval.json beside its results.json): each question shows "
+                             + ("the passage it was written from and " if texts.passages else "")
+                             + "the rank at which each seed first found an answer instead.")
+    summary = _summary(system_runs, baseline_runs, k, comparison, mine, theirs, report_columns)
+    if source.strip():
+        summary += f"<p class=texts>{html.escape(source.strip())}</p>"
     figure = ""
     if plot and Path(plot).is_file():
         encoded = base64.b64encode(Path(plot).read_bytes()).decode()
         figure = f"<h2>Top-k accuracy</h2><img alt='top-k accuracy curves' src='data:image/png;base64,{encoded}'>"
     title = f"{system} against {baseline} on {dataset}, top-{k}"
-    return _PAGE.format(title=html.escape(title), summary=summary, rows="".join(rows), count=len(rows), figure=figure,
+    return _PAGE.format(title=html.escape(title), warning=warning, summary=summary, rows="".join(rows), count=len(rows), figure=figure,
                         system=html.escape(system), baseline=html.escape(baseline), k=k)
 
 
-def _summary(system_runs, baseline_runs, k, comparison, mine, theirs) -> str:
+def _family(comparison: Comparison, k: int, dataset: str, report_columns: Sequence[tuple[str, str]] | None) -> str:
+    """Which comparisons the page's Holm corrections run over, and whether that is the report's family."""
+    tested = [key for key, c in comparison.cells.items() if c.p_holm is not None]
+    recipes = [key for key, c in comparison.cells.items() if c.recipe_holm is not None]
+    if not tested:
+        return ""
+    systems = list(dict.fromkeys(s for s, _, _ in tested))
+    datasets = list(dict.fromkeys(d for _, d, _ in tested))
+    columns = list(dict.fromkeys(m if len(datasets) == 1 else f"{d} {m}" for _, d, m in tested))
+    text = (f"<p class=family><b>Family.</b> Holm's correction runs over the comparisons against {html.escape(str(comparison.settings.baseline))} "
+            f"of the report's table: {len(tested)} for the test of these runs ({len(systems)} system(s) × {html.escape(', '.join(columns))}"
+            f"{'' if len(datasets) > 1 else ' on ' + html.escape(datasets[0])})"
+            + (f" and {len(recipes)} for the recipe test" if recipes else "") + ". ")
+    if report_columns is not None:
+        mine = (dataset, f"top-{k}")
+        in_report = [key for key in tested if key[1:] in set(report_columns)]
+        if mine in set(report_columns):
+            text += "It is the family of report.md beside this page: the adjusted p-values here are those of its table of differences. "
+        else:
+            shown = ", ".join(m for d, m in report_columns if d == dataset) or "none"
+            text += (f"<b>It is not report.md's family</b>: top-{k} is not a column of report.md beside this page ({html.escape(shown)}), so "
+                     f"this page tested it beside the report's columns: {len(tested)} comparisons here, {len(in_report)} in report.md, and the "
+                     f"adjusted p-values differ (add {k} to the report's ks=[...] for one family). ")
+    return text + ("An adjusted p depends on its family: the same comparison in another table (over other systems or columns, such as "
+                   "a results.md of a whole study) gets another; the unadjusted p does not.</p>")
+
+
+def _summary(system_runs, baseline_runs, k, comparison, mine, theirs, report_columns=None) -> str:
     n = len(mine)
     a, b = sum(mine.values()) / n * 100, sum(theirs.values()) / n * 100
     gained = sum(1 for q in mine if _kind(mine[q], theirs[q]) == "gained" and mine[q] != theirs[q])
@@ -129,11 +462,11 @@ def _summary(system_runs, baseline_runs, k, comparison, mine, theirs) -> str:
     tests = ""
     cell = comparison.cells.get((system_runs[0].system, system_runs[0].dataset, f"top-{k}")) if comparison else None
     if cell is not None and cell.p is not None:
-        tests = f"<p>Δ {cell.delta:+.2f}; these runs: p = {cell.p:.3g} ({cell.p_method}), Holm {cell.p_holm:.3g}"
+        tests = f"<p>Δ {cell.delta:+.2f}; these runs: p = {cell.p:.2g} ({cell.p_method}), Holm {cell.p_holm:.2g}"
         if cell.recipe is not None:
-            tests += (f"; the recipe ({cell.recipe.design}, seeds {', '.join(map(str, cell.recipe.seeds))}): p = {cell.recipe.p:.3g}, "
-                      f"Holm {cell.recipe_holm:.3g}, detectable at 80% power: {cell.recipe.detectable():.2f}")
-        tests += ".</p>"
+            tests += (f"; the recipe ({cell.recipe.design}, seeds {', '.join(map(str, cell.recipe.seeds))}): p = {cell.recipe.p:.2g}, "
+                      f"Holm {cell.recipe_holm:.2g}, detectable at 80% power: {cell.recipe.detectable():.2f}")
+        tests += ".</p>" + _family(comparison, k, system_runs[0].dataset, report_columns)
     return (f"<table class=summary><tr><th>system</th><th>top-{k}</th><th>seeds</th></tr>{''.join(lines)}</table>{tests}"
             f"<p>{n:,} questions: {gained} found by {html.escape(system_runs[0].system)} only at every seed, {lost} by "
             f"{html.escape(baseline_runs[0].system)} only; the rest of the rows below differ in part of the seeds.</p>")
@@ -146,8 +479,10 @@ body {{ font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; }} th, td {{ border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }}
 th {{ cursor: pointer; background: #f4f4f4; }} mark {{ background: #ffe066; }} .cols {{ display: flex; gap: 2em; }}
 .cols > div {{ flex: 1; }} .passages li {{ margin-bottom: .4em; }} #controls {{ margin: 1em 0; }}
+.warning {{ background: #fff3cd; border: 1px solid #d9a400; padding: .6em 1em; margin: 1em 0; }} .gold {{ background: #f6f8fa; padding: 0 .8em; }}
 </style></head><body>
 <h1>{title}</h1>
+{warning}
 {summary}
 <h2>Questions that flipped at top-{k} (<span id=shown>{count}</span> of {count} shown)</h2>
 <div id=controls><label>Filter: <input id=q type=search placeholder="words of the question"></label>

@@ -166,11 +166,13 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequ
                  inspect: Sequence[str] = (), inspect_k: int = 20) -> dict:
     """`out_dir/report.md` and a `topk-<dataset>.png` per dataset with curves; returns
     {"report": path, "plots": {dataset: path}, "markdown": text, "comparison": the statistics}.
-    The statistics are computed first (a bad baseline stops before any file is written), then the
-    plots, the markdown last."""
+    The names to `inspect` are checked first, then the statistics are computed (a bad baseline stops
+    before any file is written), then the plots, the inspection pages, the markdown last."""
     ks = report_ks(runs) if ks is None else ks  # None: the columns the runs' table asks for
     if not runs:
         raise ValueError("no runs to report")
+    if inspect:
+        check_inspect(runs, inspect, stats.baseline if stats else None)  # before any statistics: a mistyped name fails at once
     comparison = _table_stats(runs, ks, beir_metrics, stats)[1]
     out = Path(out_dir)
     plots: dict[str, str] = {}
@@ -187,26 +189,55 @@ def write_report(runs: Sequence[RunResult], out_dir: str | os.PathLike, ks: Sequ
             "pages": [str(p) for p in pages]}
 
 
+def check_inspect(runs: Sequence[RunResult], systems: Sequence[str], baseline: str | None) -> None:
+    """What `inspect=[...]` needs, checked before any statistics: a baseline, each name a system of the
+    runs (a near miss is suggested) other than the baseline, on a dataset the baseline was evaluated on,
+    with every run's per-question outcomes (per_query.jsonl)."""
+    import difflib
+
+    known = sorted({r.system for r in runs})
+    if baseline is None:
+        raise ValueError("inspect=... needs baseline=<the system to compare against>: one of " + ", ".join(map(repr, known)))
+    for name in [baseline, *systems]:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            what = "baseline" if name == baseline else "inspect"
+            raise ValueError(f"{what}={name!r} is none of the systems" + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + f": {', '.join(map(repr, known))}")
+    for system in systems:
+        if system == baseline:
+            raise ValueError(f"inspect={system!r} is the baseline: a page compares another system with it")
+        datasets = {r.dataset for r in runs if r.system == system} & {r.dataset for r in runs if r.system == baseline}
+        if not datasets:
+            raise ValueError(f"inspect={system!r} shares no dataset with the baseline {baseline!r}")
+        missing = [r.path or r.system for r in runs if r.system in (system, baseline) and r.dataset in datasets and r.per_query is None]
+        if missing:
+            raise ValueError(f"inspecting {system!r} against {baseline!r} needs every run's per_query.jsonl; none beside {', '.join(map(str, missing))}")
+
+
 def inspection_pages(runs: Sequence[RunResult], out: Path, systems: Sequence[str], k: int, comparison: Comparison, plots: dict,
                      ks, beir_metrics, stats: StatsSettings | None) -> list[Path]:
-    """One page per inspected system and dataset against the baseline (`taser.evaluation.inspect_page`)."""
+    """One page per inspected system and dataset against the baseline (`taser.evaluation.inspect_page`).
+    A page at a k that is not a column of the report tests it beside the report's columns (another
+    Holm family: the page says so)."""
     from taser.evaluation.inspect_page import page_name, write_inspection_page
 
     baseline = comparison.settings.baseline
-    if baseline is None:
-        raise ValueError("inspect=... needs baseline=<the system to compare against>")
+    check_inspect(runs, systems, baseline)
+    report_columns = [(d, m) for d, m, _ in _columns(runs, ks, beir_metrics)]
     if k not in [int(x) for x in ks if str(x).isdigit()]:
         comparison = _table_stats(runs, [*ks, k], beir_metrics, stats)[1]  # the page's column's tests
-    pages = []
+    pages, said = [], set()
     for system in systems:
         found = [r for r in runs if r.system == system]
-        if not found:
-            raise ValueError(f"inspect={system!r} is none of the systems: {', '.join(sorted({r.system for r in runs}))}")
         for dataset in _in_order(r.dataset for r in found):
             mine = [r for r in found if r.dataset == dataset]
             theirs = [r for r in runs if r.system == baseline and r.dataset == dataset]
             if not theirs:
+                log.warning("no page for %s on %s: the baseline %s has no run on it", system, dataset, baseline)
                 continue
             path = out / page_name(system, baseline, dataset, k)
-            pages.append(write_inspection_page(path, mine, theirs, k, comparison, out / plots[dataset] if dataset in plots else None))
+            pages.append(write_inspection_page(path, mine, theirs, k, comparison, out / plots[dataset] if dataset in plots else None,
+                                               report_columns=report_columns, said=said))
+            log.info("inspection page: %s", path)
     return pages
