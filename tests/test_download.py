@@ -146,3 +146,81 @@ def test_download_script_fetches_a_tables_resources(tmp_path):
     assert done.returncode == 0 and "table squad_cpu names no resources to fetch" in done.stdout
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "download.py"), "table=dpr_nqx"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Could not find 'table/dpr_nqx'" in done.stderr
+
+
+# -- issue 46: an error page, a cut unpack and a part that does not fit are never taken as the file --
+def test_an_error_page_is_not_saved_as_the_file_nor_its_checksum_recorded(server, tmp_path):
+    """Would catch a download without `raise_for_status`: the server's 404 page would be saved as
+    the data file and its SHA-256 recorded as the file's."""
+    import requests
+
+    base, handler = server
+    res = Resource("data.retriever.tiny-missing", f"{base}/missing.json", ".json")
+    with pytest.raises(requests.HTTPError, match="404"):
+        fetch(res, tmp_path, show_progress=False)
+    assert not res.path(tmp_path).exists() and RecordedChecksums(tmp_path).get(res) is None
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))  # no part, no checksums.json
+    handler.files["/missing.json"] = b"[]"  # published after all: fetched, and its own checksum recorded
+    assert fetch(res, tmp_path, show_progress=False).read_bytes() == b"[]" and RecordedChecksums(tmp_path).get(res) == sha256(b"[]")
+
+
+def test_a_cut_unpack_leaves_nothing_under_the_final_name_and_a_rerun_unpacks_it_whole(server, tmp_path, monkeypatch):
+    """Would catch a gzip file unpacked straight into its final name: a kill mid-unpack would leave a
+    truncated file there, which the next run takes as present."""
+    import taser.pipeline.download as download
+
+    base, handler = server
+    handler.files["/psgs.tsv.gz"] = packed = gzip.compress(PAYLOAD)
+    res = Resource("data.wikipedia_split.tiny", f"{base}/psgs.tsv.gz", ".tsv", gzip=True, sha256=sha256(packed))
+    real_open = gzip.open
+
+    class Killed(Exception):
+        pass
+
+    class CutReader:  # the decompressor's reads, killed after a third of the file
+        def __init__(self, *args, **kwargs):
+            self.inner, self.given = real_open(*args, **kwargs), 0
+
+        def read(self, size=-1):
+            if self.given > len(PAYLOAD) // 3:
+                raise Killed("killed mid-unpack")
+            block = self.inner.read(size)
+            self.given += len(block)
+            return block
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.inner.close()
+            return False
+
+    monkeypatch.setattr(download.gzip, "open", CutReader)
+    final = res.path(tmp_path)
+    with pytest.raises(Killed):
+        fetch(res, tmp_path, show_progress=False)
+    assert not final.exists()  # nothing under the final name
+    monkeypatch.undo()
+    requests_before = len(handler.ranges)
+    assert fetch(res, tmp_path, show_progress=False) == final and final.read_bytes() == PAYLOAD
+    assert len(handler.ranges) == requests_before  # the downloaded archive was kept and checked, not fetched again
+    assert not list(final.parent.glob("*.unpacking")) and not (final.parent / "psgs.tsv.gz").exists()
+
+
+@pytest.mark.parametrize("published", [True, False])
+def test_a_part_larger_than_the_servers_file_is_downloaded_again(server, tmp_path, published):
+    """Would catch any 416 taking the partial file as whole: a part of another size than the server's
+    file (here larger: an older, longer version) is answered 416, and must be fetched again, not kept
+    (refused by a published checksum, or worse, recorded as the file's when none is published)."""
+    base, handler = server
+    handler.files["/train.json"] = body = json.dumps([{"question": f"q{i}"} for i in range(200)]).encode()
+    res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json", sha256=sha256(body) if published else None)
+    final = res.path(tmp_path)
+    final.parent.mkdir(parents=True)
+    part = final.parent / ("train.json" + PART)
+    part.write_bytes(body + b" an older, longer version")
+    assert fetch(res, tmp_path, show_progress=False).read_bytes() == body
+    assert handler.ranges == [f"bytes={len(body) + 25}-", None]  # answered 416, then fetched whole
+    assert not part.exists()
+    if not published:
+        assert RecordedChecksums(tmp_path).get(res) == sha256(body)

@@ -175,3 +175,26 @@ def test_a_backend_adding_noise_to_torchs_vectors_fails(protocol_vectors):
     top20 = next(c for c in verdict.checks if c.metric == "top-20")
     assert top20.difference < -1 and top20.p_holm < 1e-6 and top20.verdict == FAILS
     assert "verdict" not in verdict_table([verdict]) and "`noisy` **fails**" in verdict_table([verdict])
+
+
+def test_the_churn_floor_is_at_alpha_over_the_number_of_checks():
+    """Would catch the churn term at the one-sided level alpha instead of alpha / m (Holm's first step
+    over m checks): 7 questions lost and 7 won of 2,000 give a standard error of sqrt(14 / 1999) x 100
+    / sqrt(2000); over 2 checks the loss seen with 80% power is (z_0.9875 + z_0.8) x that = 0.524
+    point, above the 0.5 bound: undecided (at alpha alone, 0.465: it would pass)."""
+    from scipy.stats import norm
+
+    torch_ = hits(2000, 1000)
+    churned = torch_.copy()
+    churned[:7] = 0.0
+    churned[1000:1007] = 100.0
+    se = np.sqrt(14 / 1999) * 100 / np.sqrt(2000)
+    verdict = judge("churn", {("dpr", "top-1"): (torch_, churned), ("dpr", "top-20"): (torch_, torch_)})
+    check = verdict.checks[0]
+    assert check.difference == 0.0 and check.differing == 14
+    assert check.detectable == pytest.approx((norm.ppf(1 - 0.05 / 2) + norm.ppf(0.8)) * se, rel=1e-9)
+    assert check.detectable > 0.5 > (norm.ppf(1 - 0.05) + norm.ppf(0.8)) * se  # the bound sits between the two levels
+    assert check.verdict == UNDECIDED and verdict.outcome == UNDECIDED
+    assert "dpr top-1: 2000 questions detect only losses >= 0.52 point (bound 0.5)" in verdict.summary()
+    # over 4 checks the level is 0.05 / 4: z_0.9875 becomes z_0.99375
+    assert smallest_detectable_loss(churned - torch_, "top-1", 4) == pytest.approx((norm.ppf(1 - 0.05 / 4) + norm.ppf(0.8)) * se, rel=1e-9)

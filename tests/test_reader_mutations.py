@@ -177,3 +177,36 @@ def test_an_fp16_overflow_skips_the_readers_step(tiny_pretrained, train_file, tm
     final = load_file(str(tmp_path / "run" / "final" / "model.safetensors"))
     assert all(torch.equal(final[k], before[k]) for k in final)
     assert json.loads((tmp_path / "run" / "train_log.jsonl").read_text().splitlines()[0])["skipped"] is True
+
+
+def test_a_retrieved_copy_of_the_gold_passage_is_never_a_negative(tmp_path, tokenizer):
+    """Would catch a retrieved copy of a question's gold passage made a negative when the retrieval
+    marks it as not holding the answer (its string match missed: another matcher, another
+    normalization): with gold passages known, the gold passage (found by id or by text among the
+    retrieved ones) is the one positive, and its retrieved copy is never a negative."""
+    from taser.data.errors import DataFormatError
+    from taser.reader.gold import read_gold_passages
+
+    names = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Edsger Dijkstra"]
+    gold_text = [f"Machine {i} was designed by {name} in {1900 + i}." for i, name in enumerate(names)]
+    gold_file, retrieval = tmp_path / "train.json", tmp_path / "retrieval.json"
+    gold_file.write_text(json.dumps([{"question": f"Who designed machine {i}?", "answers": [name], "negative_ctxs": [], "hard_negative_ctxs": [],
+                                      "positive_ctxs": [{"passage_id": f"gold-{i}", "title": f"Machine {i}", "text": gold_text[i]}]}
+                                     for i, name in enumerate(names)]))
+    records = []
+    for i, name in enumerate(names):
+        # the copy: the gold's id (even questions) or its text under another id (odd), flagged as holding no answer
+        copy = {"id": f"gold-{i}" if i % 2 == 0 else f"wiki-{i}", "title": f"Machine {i}", "text": gold_text[i], "has_answer": False}
+        ctxs = [{"id": f"neg-{i}-{j}", "title": "Weather", "text": f"Passage {j} talks of the weather {i}.", "has_answer": False} for j in range(3)]
+        records.append({"question": f"Who designed machine {i}?", "answers": [name], "ctxs": [ctxs[0], copy, *ctxs[1:]]})
+    retrieval.write_text(json.dumps(records))
+    data = training_set(retrieval, tokenizer, top_n=100, max_length=MAX_LENGTH, max_question_length=MAX_QUESTION_LENGTH,
+                        gold=read_gold_passages(gold_file))
+    assert len(data.questions) == 4 and data.gold_positives == 4
+    for i, q in enumerate(data.questions):
+        assert [c["id"] for c in q.positives] == [f"gold-{i}"]
+        assert [c["id"] for c in q.negatives] == [f"neg-{i}-{j}" for j in range(3)]  # the copy is not among them
+        assert all(c["text"] != gold_text[i] for c in q.negatives)
+    # without the gold passages, the same copies (flagged as holding no answer) are negatives and no question has a positive
+    with pytest.raises(DataFormatError, match="no question has a positive"):
+        training_set(retrieval, tokenizer, top_n=100, max_length=MAX_LENGTH, max_question_length=MAX_QUESTION_LENGTH)

@@ -127,3 +127,74 @@ def test_weighted_questions_enter_the_recipe_difference():
     assert paired_by_seed(a, b, weights=[2, 1, 1]).delta == pytest.approx((2 * 100 + 0 + 50) / 4)
     with pytest.raises(ValueError, match="S >= 2 seeds"):
         paired_by_seed(a[:1], b[:1])
+
+
+# -- the recipe test as the report runs it (`comparison.compare`): runs paired by their seed --------
+PAIRING_IDS = [f"q{i}" for i in range(12)]
+LUCK = {1: set(PAIRING_IDS[4:]), 2: set(), 3: set(PAIRING_IDS[4:8]), 4: set(PAIRING_IDS[4:6])}  # a seed's luck, shared by both recipes
+
+
+def _recipe_hits(seed: int) -> set:
+    """The recipe wins q0-q2 at every seed, and q6 as well at seed 2: paired by seed, its differences
+    are +100 on q0-q2, -100 on q3 (the baseline's), +100 on q6 at seed 2, 0 elsewhere."""
+    return {"q0", "q1", "q2"} | LUCK[seed] | ({"q6"} if seed == 2 else set())
+
+
+def _baseline_hits(seed: int) -> set:
+    return {"q3"} | LUCK[seed]
+
+
+def _seed_run(system: str, seed: int, hits: set):
+    from taser.evaluation.runs import RunResult
+
+    records = [{"id": q, "rank": 1 if q in hits else None} for q in PAIRING_IDS]
+    return RunResult(system, "D", top_k={"1": 100.0 * len(hits) / len(PAIRING_IDS)}, seed=seed, path=f"{system}/seed-{seed}/results.json",
+                     per_query=records)
+
+
+def _seed_table(hits, seeds) -> np.ndarray:
+    return np.array([[100.0 if q in hits(s) else 0.0 for q in PAIRING_IDS] for s in seeds])
+
+
+# (the recipe's seeds, the baseline's, in the order their runs are given; the matched seeds; the difference over them)
+PAIRINGS = [([1, 2, 3], [2, 3, 4], (2, 3), (300 + 200) / 12 / 2),  # seeds 2 and 3 in common: +25 at seed 2, +16.67 at seed 3
+            ([1, 2, 3], [3, 1, 2], (1, 2, 3), (200 + 300 + 200) / 12 / 3),  # the same seeds, the baseline's runs in another order
+            ([1, 2, 3], [4, 3, 2], (2, 3), (300 + 200) / 12 / 2)]
+PAIRING_CASES = ["seeds-123-vs-234", "seeds-123-vs-312", "seeds-123-vs-432"]
+
+
+def _compare_recipe(mine: list, base: list):
+    from taser.evaluation.comparison import StatsSettings, compare
+
+    runs = [_seed_run("A", s, _recipe_hits(s)) for s in mine] + [_seed_run("B", s, _baseline_hits(s)) for s in base]
+    settings = StatsSettings(baseline="B", resamples=2000, bootstrap=False)
+    return compare(runs, [("D", "top-1")], settings).cells[("A", "D", "top-1")].recipe, settings
+
+
+@pytest.mark.parametrize("mine, base, matched, delta", PAIRINGS, ids=PAIRING_CASES)
+def test_the_recipe_test_pairs_runs_by_their_seed_not_by_their_position(mine, base, matched, delta):
+    """Would catch the report's recipe test pairing a system's runs with the baseline's by position
+    (the i-th run with the i-th) instead of by training seed: with seeds {1, 2, 3} against {2, 3, 4},
+    or the same seeds given in another order, only seed-matched rows cancel the seed's luck."""
+    recipe, _ = _compare_recipe(mine, base)
+    assert recipe.design == "paired by seed" and recipe.seeds == matched
+    assert recipe.delta == pytest.approx(delta, abs=1e-12)  # only the matched seeds count
+    by_seed = paired_by_seed(_seed_table(_recipe_hits, matched), _seed_table(_baseline_hits, matched))
+    assert recipe.p == pytest.approx(by_seed.p, rel=1e-12) and recipe.df == pytest.approx(by_seed.df, rel=1e-12)
+    # the data can tell: pairing the runs as given, position by position, is another test
+    by_position = paired_by_seed(_seed_table(_recipe_hits, mine)[: len(matched)], _seed_table(_baseline_hits, base)[: len(matched)])
+    assert by_position.p > by_seed.p + 0.1
+
+
+@pytest.mark.parametrize("mine, base, matched, delta", PAIRINGS, ids=PAIRING_CASES)
+def test_the_recipe_interval_is_paired_like_its_test(mine, base, matched, delta):
+    """Would catch the recipe's interval drawn unpaired (each system's seeds drawn on their own)
+    while its test is paired by seed: the paired two-level bootstrap draws one set of seeds (and of
+    questions) for both systems, so a seed's luck both recipes share cancels, as in the test."""
+    recipe, settings = _compare_recipe(mine, base)
+    a, b = _seed_table(_recipe_hits, matched), _seed_table(_baseline_hits, matched)
+    paired = two_level_interval(a, b, None, settings.confidence, settings.resamples, settings.seed, paired=True)
+    apart = two_level_interval(a, b, None, settings.confidence, settings.resamples, settings.seed, paired=False)
+    assert recipe.interval == pytest.approx(paired, abs=1e-9)
+    assert paired[0] < delta < paired[1]
+    assert paired[1] - paired[0] < 0.8 * (apart[1] - apart[0])  # the shared luck left in: a far wider interval

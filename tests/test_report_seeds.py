@@ -174,3 +174,86 @@ def test_a_recipe_against_a_seedless_baseline_counts_the_recipes_seeds(tmp_path)
     cell = report["comparison"].cells[("taser", "SQuAD", "top-1")]
     assert cell.recipe.design == "unpaired, against a seedless system" and cell.recipe.seeds == (3, 1)
     assert cell.p_holm < 1e-6 and cell.recipe.p > 0.05 and not cell.significant
+
+
+# -- the tables of differences and of detectable differences, on three recipes against a seeded baseline --
+TABLE_IDS = [f"q{i}" for i in range(20)]
+TABLE_LUCK = {1: set(TABLE_IDS[10:]), 2: set(TABLE_IDS[10:13]), 3: set(TABLE_IDS[10:16])}  # a seed's luck, shared by every recipe
+# each recipe: the questions it wins at every seed, and those it wins at seed 1, 2, 3 only (its own luck with the seed)
+RECIPES = {"X": (TABLE_IDS[:4], {1: [], 2: [], 3: ["q4"]}),
+           "Y": (TABLE_IDS[:4], {1: ["q4", "q5"], 2: [], 3: ["q4"]}),
+           "Z": (TABLE_IDS[:3], {1: ["q4", "q5", "q6", "q7"], 2: [], 3: ["q4"]})}
+
+
+def _table_run(system, seed, hits):
+    from taser.evaluation.runs import RunResult
+
+    records = [{"id": q, "rank": 1 if q in hits else None} for q in TABLE_IDS]
+    return RunResult(system, "D", top_k={"1": 100.0 * len(hits) / len(TABLE_IDS)}, seed=seed, path=f"{system}/seed-{seed}/results.json",
+                     per_query=records)
+
+
+@pytest.fixture(scope="module")
+def three_recipes():
+    """Baseline B (hits q9 and its seed's luck) and recipes X, Y, Z at seeds 1-3, with 3 recipe tests
+    in the one column (top-1): the Holm family and the median over systems have 3 members."""
+    from taser.evaluation.comparison import compare
+
+    runs = [_table_run("B", s, {"q9"} | TABLE_LUCK[s]) for s in (1, 2, 3)]
+    for name, (always, own) in RECIPES.items():
+        runs += [_table_run(name, s, {"q9"} | set(always) | set(own[s]) | TABLE_LUCK[s]) for s in (1, 2, 3)]
+    settings = StatsSettings(baseline="B", resamples=1000, bootstrap=False, seeds_for=(24.0, 28.0))
+    return runs, compare(runs, [("D", "top-1")], settings)
+
+
+def _table_rows(table: str) -> dict[str, list[str]]:
+    return {line.strip("|").split("|")[0].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in table.splitlines() if line.startswith("| ") and "---" not in line}
+
+
+def test_the_differences_table_prints_the_recipes_holm_adjusted_p(three_recipes):
+    """Would catch the differences table printing a recipe test's raw p as its Holm-adjusted one:
+    three recipe tests in the table, adjusted by hand (Holm: the smallest of 3 p-values times 3, the
+    next times 2, at least the one before), each printed and marked from its adjusted p."""
+    import re
+
+    from taser.evaluation.difference_tables import differences_table
+
+    runs, comparison = three_recipes
+    cells = {s: comparison.cells[(s, "D", "top-1")] for s in RECIPES}
+    assert all(c.recipe is not None and c.recipe.design == "paired by seed" for c in cells.values())
+    order = sorted(RECIPES, key=lambda s: cells[s].recipe.p)
+    adjusted, running = {}, 0.0
+    for i, s in enumerate(order):
+        running = max(running, min(1.0, (3 - i) * cells[s].recipe.p))
+        adjusted[s] = running
+    rows = _table_rows(differences_table(runs, comparison, ks=(1,)))
+    assert set(rows) == {"system", "X", "Y", "Z"}
+    for s in RECIPES:
+        printed = re.search(r"recipe p=([0-9.e-]+)", rows[s][0]).group(1)
+        assert printed == f"{adjusted[s]:.2g}" != f"{cells[s].recipe.p:.2g}", (s, rows[s])
+        assert rows[s][0].endswith("†") == (adjusted[s] < 0.05), (s, rows[s])
+    assert sum(p < 0.05 for p in adjusted.values()) == 1 and all(c.recipe.p < 0.05 for c in cells.values())  # the raw p would mark all three
+
+
+def test_the_detectable_table_prints_the_median_over_systems_not_the_smallest(three_recipes):
+    """Would catch the table of detectable differences printing the smallest recipe (or runs)
+    detectable difference, or the fewest seeds needed, over the systems instead of their median:
+    the three recipes' figures are far enough apart that each column's median and minimum differ."""
+    from scipy.stats import norm
+
+    from taser.evaluation.difference_tables import detectable_table
+    from taser.evaluation.recipes import seeds_needed
+
+    runs, comparison = three_recipes
+    cells = [comparison.cells[(s, "D", "top-1")] for s in RECIPES]
+    recipe = sorted(c.recipe.detectable(0.05, 0.8) for c in cells)
+    these_runs = sorted((norm.ppf(0.975) + norm.ppf(0.8)) * c.runs_se for c in cells)
+    needed = {t: sorted(seeds_needed(c.recipe.components, t) or 10**9 for c in cells) for t in (24.0, 28.0)}
+    shown = {t: "> 200" if n[1] == 10**9 else str(n[1]) for t, n in needed.items()}
+    smallest = {t: "> 200" if n[0] == 10**9 else str(n[0]) for t, n in needed.items()}
+    # the medians: each differs from the smallest as printed
+    assert f"{recipe[1]:.1f}" != f"{recipe[0]:.1f}" and f"{these_runs[1]:.1f}" != f"{these_runs[0]:.1f}"
+    assert all(shown[t] != smallest[t] for t in shown), (shown, smallest)
+    row = _table_rows(detectable_table(runs, comparison, ks=(1,)))["D top-1"]
+    assert row == [f"{recipe[1]:.1f} (3 seeds)", f"{these_runs[1]:.1f}", shown[24.0], shown[28.0]]

@@ -324,3 +324,58 @@ def test_a_job_on_another_allocation_than_the_tables_says_so(tmp_path, caplog):
         with caplog.at_level(logging.WARNING, logger="taser.pipeline.rows"):
             run.trained(job.table.rows[row], 1)
         assert ("documented for a global batch of" in caplog.text) == warned, (table, row, caplog.text)
+
+
+# -- issue 46: keys and identities that must change -----------------------------------------------
+def test_rows_that_differ_only_in_their_model_train_apart():
+    """Would catch a training key without the model settings (or with the table's instead of the
+    row's): taser_nq's dpr and shared rows, and its TASER T=2 and T=3, differ only in the model, and
+    a DPR row given TASER's training settings is still not TASER's model."""
+    dpr, dpr_settings = planned_training("taser_nq", "dpr")
+    shared, shared_settings = planned_training("taser_nq", "shared")
+    assert shared != dpr and shared_settings["train"] == dpr_settings["train"]  # the same recipe, another model
+    t2, t2_settings = planned_training("taser_nq", "taser-t2")
+    t3, t3_settings = planned_training("taser_nq", "taser-t3")
+    assert t2 != t3 and t2_settings["train"] == t3_settings["train"]
+    like_taser, like_taser_settings = planned_training("taser_nq", "dpr", "+table.rows.dpr.train.layer_decay=0.8")
+    assert like_taser_settings["train"] == t2_settings["train"] and like_taser != t2
+    assert dpr_settings["model"]["model_type"] == "dpr" and t2_settings["model"]["model_type"] == "taser"
+    assert t2_settings["model"]["taser"]["specialize_every"] == 2 and t3_settings["model"]["taser"]["specialize_every"] == 3
+
+
+def test_the_reading_stage_is_keyed_by_the_readers_precision(tmp_path):
+    """Would catch a read stage keyed without its precision: an fp32 reading and a bf16 one of the
+    same retrieval are two readings, not one found by the other."""
+    from taser.pipeline.rows import read_stage
+    from taser.pipeline.stages import Stage
+
+    def read_key(precision: str) -> tuple[str, dict]:
+        job = job_of(["table=squad_cpu", "row=dpr", f"table.read.reader={tmp_path / 'reader'}", f"table.read.precision={precision}",
+                      "table.read.device=cpu"])
+        store = recording_store()
+        stage = read_stage(RowRun(job, store), Stage("evaluate-0123456789abcdef", tmp_path / "evaluated", False, 0.0))
+        return stage.key, store.settings["read"]
+
+    fp32, fp32_settings = read_key("fp32")
+    bf16, bf16_settings = read_key("bf16")
+    assert fp32 != bf16
+    assert fp32_settings["precision"] == "fp32" and bf16_settings["precision"] == "bf16"
+    assert read_key("fp32")[0] == fp32  # and the same precision is one reading
+
+
+def test_a_file_changed_only_at_its_end_has_another_identity(tmp_path, hash_cache):
+    """Would catch an identity of the first MiB, or of the first read block (16 MiB), only: the last
+    byte of a 17 MiB file changed, its size kept, is another file."""
+    import hashlib
+
+    path = tmp_path / "passages.tsv"
+    content = b"p\ttext\ttitle\n" * ((17 << 20) // 13)
+    path.write_bytes(content)
+    first = file_hashes.file_identity(path)
+    assert first == {"size": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+    changed = content[:-2] + b"X\n"
+    path.write_bytes(changed)
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a new mtime even on a coarse clock
+    again = file_hashes.file_identity(path)
+    assert again["size"] == first["size"] and again["sha256"] != first["sha256"]
+    assert again["sha256"] == hashlib.sha256(changed).hexdigest()

@@ -105,3 +105,57 @@ def test_a_lock_that_came_back_to_life_under_the_break_file_is_kept(tmp_path, mo
     answers = iter([True, False])  # stale at the first look, live at the second
     monkeypatch.setattr(lock, "_stale", lambda: next(answers))
     assert lock._break_if_stale() is False and path.is_file()
+
+
+def _dead_process() -> tuple[int, str | None]:
+    """The pid and start time of a process of this host that has exited."""
+    child = subprocess.Popen(["sleep", "60"])
+    start = process_start(child.pid)
+    child.kill()
+    child.wait()
+    return child.pid, start
+
+
+def test_a_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
+    """Would catch a same-host holder's death not seen (the lock then waits out the other-host
+    staleness, 5 minutes, or for ever): a lock just written by a process that has since exited is
+    stale now, and a waiting build takes it over within seconds, not at STALE_AFTER_S."""
+    pid, start = _dead_process()
+    path = tmp_path / "x.lock"
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "start": start, "since": time.time(), "token": "dead"}))
+    assert _FileLock(path, poll_s=0.01, stale_after_s=300)._stale()  # touched just now: only its process's death says so
+
+    key = stages.stage_key("squad", {"dead": 1}, {})
+    (tmp_path / (key + stages.LOCK_SUFFIX)).write_text(path.read_text())
+    began = time.perf_counter()
+    result = []
+    worker = threading.Thread(target=lambda: result.append(StageStore(tmp_path, poll_s=0.01).run("squad", {"dead": 1}, {}, lambda d: None)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    assert not worker.is_alive(), "still waiting for the lock of a dead process after 5 s"
+    assert result and result[0].built and time.perf_counter() - began < 5
+    assert not (tmp_path / (key + stages.LOCK_SUFFIX)).exists()
+
+
+def test_the_heartbeat_touches_the_lock_itself(tmp_path, monkeypatch):
+    """Would catch a heartbeat that never touches the lock file (the directory, another name, or not
+    at all): a build longer than the staleness timeout is then taken over and built twice. The
+    lock's mtime, set an hour back, comes forward while its holder lives, and its content is kept."""
+    monkeypatch.setattr(stages, "HEARTBEAT_S", 0.02)
+    path = tmp_path / "x.lock"
+    with _FileLock(path, poll_s=0.01, stale_after_s=60) as lock:
+        owner = path.read_text()
+        an_hour_ago = time.time() - 3600
+        os.utime(path, (an_hour_ago, an_hour_ago))
+        deadline = time.time() + 5
+        while path.stat().st_mtime < an_hour_ago + 3000 and time.time() < deadline:
+            time.sleep(0.01)
+        assert time.time() - path.stat().st_mtime < 60, "the heartbeat did not touch the lock"
+        first_beat = path.stat().st_mtime_ns
+        deadline = time.time() + 5
+        while path.stat().st_mtime_ns == first_beat and time.time() < deadline:
+            time.sleep(0.01)
+        assert path.stat().st_mtime_ns > first_beat  # and it goes on beating
+        assert path.read_text() == owner and lock._owner()["token"] == lock.token
+    assert not path.exists()
