@@ -241,6 +241,30 @@ def test_a_cpu_run_on_a_gpu_host_gets_a_group_that_takes_cpu_tensors(tmp_path):
     assert result["summed"].tolist() == [3.0] and result["sizes"] == [2, 3]
 
 
+def test_a_group_with_a_gloo_backend_for_the_cpu_takes_cpu_tensors(monkeypatch):
+    """Would catch a `cpu:gloo,cuda:nccl` default group (every GPU run's) not seen as taking CPU
+    tensors: each run would then build a second gloo group for the host's facts, a collective it
+    does not need; NCCL alone does not take them."""
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    import taser.training.distributed as distributed
+
+    def new_group(**kwargs):
+        raise AssertionError(f"a second group was built: {kwargs}")
+
+    monkeypatch.setattr(distributed, "_HOST_GROUPS", {})
+    monkeypatch.setattr(distributed.dist, "new_group", new_group)
+    for backend, takes in (("gloo", True), (distributed.GPU_BACKEND, True), ("nccl", False)):
+        config = BackendConfig(Backend(backend))  # as torch describes the default group made with `backend`
+        monkeypatch.setattr(distributed.dist, "get_backend_config", lambda group=None, c=config: str(c))
+        assert distributed._takes_cpu_tensors() is takes, (backend, str(config))
+        if takes:
+            assert distributed.host_group() is distributed.dist.group.WORLD
+        else:
+            with pytest.raises(AssertionError, match="a second group was built: {'backend': 'gloo'}"):
+                distributed.host_group()
+
+
 def test_srun_tasks_join_as_torchruns_would(monkeypatch):
     """Would catch a SLURM job's tasks (srun, submitit; one GPU per task) not forming one group:
     rank, world size, local rank and the master's address come from SLURM's environment."""

@@ -213,6 +213,24 @@ def test_the_arrow_copy_is_reused_while_the_json_is_unchanged_and_remade_when_it
     assert arrow_cache_path(source).parent == tmp_path  # without a cache directory: beside the JSON
 
 
+def test_a_json_rewritten_at_the_same_length_gets_a_new_arrow_copy(tmp_path):
+    """Would catch the Arrow copy keyed by the JSON's size only: a JSON rewritten at the same
+    length (a question edited in place) kept its stale copy, and training read the old records."""
+    source = tmp_path / "train.json"
+    records = [_as_dpr(r) for r in TEVATRON]
+    write_biencoder_json(source, records)
+    first = ensure_arrow_copy(source, tmp_path / "cache")
+    size, made = source.stat().st_size, first.stat().st_mtime_ns
+    edited = records[0]["question"]
+    records[0]["question"] = edited[:-1] + ("X" if edited[-1] != "X" else "Y")  # one character changed: same length
+    write_biencoder_json(source, records)
+    os.utime(source, ns=(made + 10**9, made + 10**9))
+    assert source.stat().st_size == size
+    second = ensure_arrow_copy(source, tmp_path / "cache")
+    assert second != first and not first.exists()
+    assert open_arrow_file(second)[0]["question"] == records[0]["question"] != edited
+
+
 def test_train_reader_arrow_gives_the_json_readers_records_and_workers_read_the_same(tmp_path, mini_squad):
     data = DataConfig(train_files=[str(mini_squad / "train.json")], dev_file=str(mini_squad / "dev.json"), train_reader="arrow",
                       arrow_cache_dir=str(tmp_path / "cache"))
@@ -257,6 +275,28 @@ def test_beir_from_a_hub_dataset_equals_beirs_files(tmp_path, layout):
         assert (tmp_path / "hub" / name).read_text() == (tmp_path / "files" / name).read_text()
 
 
+def test_conflicting_scores_in_hub_qrels_are_refused_and_repeated_ones_kept(tmp_path):
+    """Would catch a query-document pair judged twice with different scores in a hub qrels split
+    silently taking the last score (BEIR's qrels TSV refuses it: `read_beir_qrels`)."""
+    from taser.data.hub_beir import load_beir_hub
+
+    rows = _qrels_rows()
+    first = rows[0]
+
+    def mirror(name: str, qrels: list[dict]) -> str:
+        _jsonl(_beir_rows("corpus.jsonl"), tmp_path / name / "tiny" / "corpus" / "corpus.jsonl")
+        _jsonl(_beir_rows("queries.jsonl"), tmp_path / name / "tiny" / "queries" / "queries.jsonl")
+        _jsonl(qrels, tmp_path / name / "tiny-qrels" / "test.jsonl")
+        return str(tmp_path / name / "tiny")
+
+    kept = load_beir_hub(mirror("repeated", rows + [dict(first)]), cache_dir=tmp_path / "hf")  # the same judgement twice: kept
+    assert kept.qrels[first["query-id"]][first["corpus-id"]] == first["score"]
+    with pytest.raises(DataFormatError) as e:
+        load_beir_hub(mirror("conflicting", rows + [{**first, "score": first["score"] + 1}]), cache_dir=tmp_path / "hf")
+    assert e.value.where == f"record {len(rows)}"
+    assert e.value.what == f"conflicting scores for ({first['query-id']!r}, {first['corpus-id']!r}): {first['score']} and {first['score'] + 1}"
+
+
 def test_qa_from_a_hub_question_set_and_corpus_equals_the_tsv_path(tmp_path, mini_squad):
     passages = [{"docid": p.id, "title": p.title, "text": p.text} for p in read_passages(mini_squad / "passages.tsv")]
     qa = list(read_qa(mini_squad / "dev.qa.tsv"))
@@ -293,6 +333,19 @@ def test_offline_a_dataset_not_in_the_cache_fails_naming_what_to_fetch(tmp_path)
     assert e.value.__cause__ is None and e.value.__suppress_context__  # no traceback from inside datasets
     with pytest.raises(HubDataError, match="BeIR/not-cached-here-qrels .* is not in the local datasets cache"):
         evaluate_beir(BM25S, BeirHub("BeIR/not-cached-here", tmp_path / "hf"), tmp_path / "out")
+
+
+def test_offline_with_the_default_cache_a_dataset_not_in_it_fails_naming_what_to_fetch(offline_cache):
+    """Would catch the offline message (the hub not reached: fetch it elsewhere, with this command)
+    given only when a cache directory is passed: with the default cache it must name that cache."""
+    spec = HubSplit("BeIR/not-cached-here", "corpus", "corpus")
+    with pytest.raises(HubDataError) as e:
+        load_split(spec)
+    message = str(e.value)
+    assert f"BeIR/not-cached-here (config 'corpus', split 'corpus') is not in the local datasets cache ({offline_cache / 'datasets'})" in message
+    assert "HF_DATASETS_OFFLINE" in message and "Fetch it where the hub can be reached" in message
+    assert "datasets.load_dataset('BeIR/not-cached-here', 'corpus', split='corpus')" in message
+    assert e.value.__cause__ is None and e.value.__suppress_context__
 
 
 def test_a_local_copy_without_the_split_names_what_it_has(tmp_path):

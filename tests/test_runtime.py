@@ -186,6 +186,26 @@ def test_explicit_bf16_on_a_gpu_without_it_warns_once(fake_hardware, monkeypatch
     assert [r.message.count("Tesla V100") for r in caplog.records] == [1]
 
 
+def test_only_a_cpu_training_run_keeps_freed_memory(fake_hardware, monkeypatch):
+    """Would catch `keep_freed_memory` (process-wide, never undone) applied in a GPU run, where the
+    host's malloc is not the bottleneck: only a CPU run's training record makes it so."""
+    import functools
+
+    for key in ("WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    fake_hardware(cuda_bf16=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    calls = []
+    monkeypatch.setattr(runtime, "keep_freed_memory", functools.cache(lambda: calls.append("kept") or True))
+    gpu = runtime.training_record("auto", torch.device("cuda"))
+    assert calls == [] and gpu["precision"] == "bf16"
+    assert gpu["hardware"]["device"] == "cuda" and gpu["hardware"]["gpu"] == "NVIDIA H200" and gpu["hardware"]["freed_memory_kept"] is False
+    cpu = runtime.training_record("auto", torch.device("cpu"))
+    assert calls == ["kept"] and cpu["hardware"]["freed_memory_kept"] is True
+
+
 def _child(code: str, *args: str, **env: str) -> list[str]:
     """Run `code` in a fresh Python (glibc's malloc untuned, huge-page tensors off unless `env`
     says otherwise); its printed words."""

@@ -30,8 +30,8 @@ def _trainer(pretrained, tokenizer, data_dir, out, **train):
     return Trainer(model, tokenizer, [BiEncoderJsonFile(data_dir / "train.json")], TrainConfig.from_value({**TRAIN, **train}), out)
 
 
-def _poison_at(monkeypatch, trainer, bad_step: int):
-    """A NaN in one gradient entry after the backward pass of step `bad_step` (1-based); the loss stays finite."""
+def _poison_at(monkeypatch, trainer, bad_step: int, value: float = float("nan")):
+    """A NaN (or `value`) in one gradient entry after the backward pass of step `bad_step` (1-based); the loss stays finite."""
     real = StepRunner.run
     calls = [0]
     param = dict(trainer.model.named_parameters())[POISONED]
@@ -40,7 +40,7 @@ def _poison_at(monkeypatch, trainer, bad_step: int):
         stats = real(self, *args, **kwargs)
         calls[0] += 1
         if calls[0] == bad_step:
-            param.grad[0, 0] = float("nan")
+            param.grad[0, 0] = value
         return stats
 
     monkeypatch.setattr(StepRunner, "run", run)
@@ -71,6 +71,22 @@ def test_a_nan_gradient_at_a_save_step_stops_the_run_before_its_checkpoint(tiny_
     monkeypatch.undo()
     resumed = _trainer(tiny_pretrained, tokenizer, mini_squad, out, resume=True).train()
     assert resumed.steps == 6 and all(math.isfinite(r["loss"]) for r in resumed.history)
+
+
+def test_an_infinite_gradient_norm_stops_the_run_as_a_nan_one_does(tiny_pretrained, tokenizer, mini_squad, tmp_path, monkeypatch):
+    """Would catch only a NaN gradient norm stopping a run: an infinite one (one overflowed entry,
+    the loss finite) was applied by the optimizer and its NaN weights saved over the last good checkpoint."""
+    pending = PendingStep({"step": 7}, torch.tensor(2.0), torch.tensor(1.0), torch.tensor(float("inf")), {})
+    with pytest.raises(FloatingPointError, match=r"gradient norm is inf at step 7 \(loss 1.0000 is finite\)"):
+        read_steps([pending], 2, skips_overflow=False)
+    out = tmp_path / "run"
+    trainer = _trainer(tiny_pretrained, tokenizer, mini_squad, out, max_steps=3, save_every=1)
+    _poison_at(monkeypatch, trainer, bad_step=2, value=float("inf"))
+    with pytest.raises(FloatingPointError, match=f"gradient norm is inf at step 2 .*question_encoder.encoder.layer.1 \\(1 tensor, first {POISONED}"):
+        trainer.train()
+    assert torch.load(out / "checkpoint" / STATE_FILE, weights_only=False)["step"] == 1 and not (out / "final").exists()
+    on_disk = load_file(str(out / "checkpoint" / "model.safetensors"))
+    assert all(torch.isfinite(t).all() for t in on_disk.values() if t.is_floating_point())
 
 
 def test_the_error_names_each_group_with_a_non_finite_gradient():
