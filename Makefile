@@ -53,6 +53,15 @@ test: $(VENV)/.installed
 test-cluster: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m cluster
 
+# Mutation testing of one library module (slow, not in CI): make mutants MODULE=taser/pipeline/stages.py [TESTS="tests/a.py tests/b.py"]
+# Prints the score and each surviving mutant; records the score in benchmarks/mutants/results.md (tools/mutants.py).
+MODULE ?=
+TESTS ?=
+.PHONY: mutants
+mutants: $(VENV)/.installed
+	@test -n "$(MODULE)" || { echo "name the module: make mutants MODULE=taser/pipeline/stages.py"; exit 2; }
+	$(PY) tools/mutants.py $(MODULE) $(if $(TESTS),--tests $(TESTS))
+
 # benchmarks/peers/encode.py only: sentence-transformers with its onnx and openvino backends, in an
 # environment of its own (they need transformers 4.x; taser needs 5.x).
 PEERS_FAST := .venv-peers-fast
