@@ -114,7 +114,8 @@ def main() -> None:
     for r in rows:
         final = r["final_bytes"]
         whole, adding = r["whole_peak_increase_bytes"], r["adding_peak_increase_bytes"]
-        lines.append(f"| `{r['type']}` | {r['count']:,} | {'yes' if r['reserve'] else 'no (before)'} | {final / 1e6:.0f} | {whole / 1e6:.0f} | {whole / final:.2f} | "
+        reserved = "yes" if r["reserve"] else "no (before)"
+        lines.append(f"| `{r['type']}` | {r['count']:,} | {reserved} | {final / 1e6:.0f} | {whole / 1e6:.0f} | {whole / final:.2f} | "
                      f"{adding / 1e6:.0f} | {adding / final:.2f} |")
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())
