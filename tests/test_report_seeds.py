@@ -257,3 +257,78 @@ def test_the_detectable_table_prints_the_median_over_systems_not_the_smallest(th
     assert all(shown[t] != smallest[t] for t in shown), (shown, smallest)
     row = _table_rows(detectable_table(runs, comparison, ks=(1,)))["D top-1"]
     assert row == [f"{recipe[1]:.1f} (3 seeds)", f"{these_runs[1]:.1f}", shown[24.0], shown[28.0]]
+
+
+# -- the detectable difference at the level the mark is decided at (issue 45) -----------------------
+def test_the_detectable_difference_is_given_at_each_marks_holm_level(three_recipes):
+    """Would catch the detectable difference (and the seeds it needs) given only at the table's alpha,
+    before Holm's correction, while each mark is decided at its step of Holm's procedure: the i-th
+    smallest of the 3 recipe p-values meets alpha / (3 - i + 1), and each system's row gives the
+    difference its recipe test detects at that level."""
+    from taser.evaluation.difference_tables import detectable_table
+    from taser.evaluation.recipes import seeds_needed
+
+    runs, comparison = three_recipes
+    cells = {s: comparison.cells[(s, "D", "top-1")] for s in RECIPES}
+    order = sorted(RECIPES, key=lambda s: cells[s].recipe.p)
+    text = detectable_table(runs, comparison, ks=(1,))
+    at_holm = text.split("The same at the level each mark is decided at")[0].split("nothing of other seeds.")[1]
+    rows = _table_rows(at_holm)
+    assert set(rows) == {"system", "X", "Y", "Z"}
+    for rank, s in enumerate(order):
+        level = 0.05 / (3 - rank)
+        assert cells[s].recipe_level == pytest.approx(level)
+        mdd = cells[s].recipe.detectable(level, 0.8)
+        need = [seeds_needed(cells[s].recipe.components, t, level, 0.8) for t in (24.0, 28.0)]
+        assert rows[s] == [f"{mdd:.1f} at α {level:.2g}; seeds for 24/28: " + "/".join("> 200" if n is None else str(n) for n in need)]
+        unadjusted = f"{cells[s].recipe.detectable(0.05, 0.8):.1f}"
+        assert (f"{mdd:.1f}" != unadjusted) if rank < 2 else (f"{mdd:.1f}" == unadjusted)  # the first steps ask for more than alpha alone
+
+
+def test_a_table_against_a_seedless_baseline_gives_the_recipes_detectable_difference(tmp_path):
+    """Would catch the recipe test's detectable difference printed as "–" against BM25 or zero-shot,
+    where every mark rests on it: the recipe's seeds against a fixed reference give a figure, and
+    seeds-needed, in both tables."""
+    from taser.evaluation.recipes import seeds_needed
+
+    rng = np.random.default_rng(7)
+    n = 400
+    root = tmp_path / "runs"
+    base = rng.random(n)
+    write_run(root, "BM25", [1 if x < 0.4 else None for x in base])
+    for seed, shift in ((1, 0.05), (2, 0.02), (3, 0.04)):
+        write_run(root, "taser", [1 if x < 0.45 + shift * rng.random() else None for x in base], seed)
+    report = write_report(read_runs([root]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="BM25", resamples=500, seeds_for=(1.0, 2.0)))
+    cell = report["comparison"].cells[("taser", "SQuAD", "top-1")]
+    assert cell.recipe.design == "unpaired, against a seedless system" and cell.recipe.components is not None
+    section = report["markdown"].split("## The smallest difference this table can see (against BM25)")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| SQuAD top-1 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == f"{cell.recipe.detectable(0.05, 0.8):.1f} (3 seeds)"
+    assert cells[3:] == [str(seeds_needed(cell.recipe.components, t) or "> 200") for t in (1.0, 2.0)]
+    taser = next(line for line in section.splitlines() if line.startswith("| taser |"))
+    assert f"{cell.recipe.detectable(0.05, 0.8):.1f} at α 0.05" in taser  # the only test of its family: Holm's level is alpha
+
+
+def test_the_delta_printed_is_the_delta_the_recipe_test_tested(tmp_path):
+    """Would catch the differences table printing the difference of all seeds' means while the recipe
+    test pairs a 3-seed row with the baseline's seeds 1-3 only: here the baseline's seeds 4 and 5 are
+    far lower (another machine), so the tested Δ (+5.0) and the all-seed one (+15.0) differ; both are
+    printed, the tested one first, and a row whose seeds all match prints one Δ."""
+    import re
+
+    from taser.evaluation.comparison import compare
+    from taser.evaluation.difference_tables import differences_table
+
+    ids = TABLE_IDS
+    base_hits = {1: set(ids[:10]), 2: set(ids[:10]), 3: set(ids[:10]), 4: set(ids[:5]), 5: set(ids[:5])}
+    runs = [_table_run("B", s, base_hits[s]) for s in base_hits]
+    runs += [_table_run("A", s, set(ids[:11])) for s in (1, 2, 3)]  # one question more than B at seeds 1-3
+    runs += [_table_run("C", s, set(ids[:11])) for s in base_hits]  # all five seeds
+    comparison = compare(runs, [("D", "top-1")], StatsSettings(baseline="B", resamples=500, bootstrap=False))
+    a, c = comparison.cells[("A", "D", "top-1")], comparison.cells[("C", "D", "top-1")]
+    assert c.recipe.seeds == (1, 2, 3, 4, 5) and c.recipe.delta == pytest.approx(c.delta)
+    assert a.recipe.seeds == (1, 2, 3) and a.recipe.delta == pytest.approx(5.0) and a.delta == pytest.approx(55.0 - 40.0)
+    rows = _table_rows(differences_table(runs, comparison, ks=(1,)))
+    assert rows["A"][0].startswith("+5.0 (seeds 1, 2, 3; all seeds: +15.0) (recipe p="), rows["A"]
+    assert re.match(r"\+15\.0 \(recipe p=", rows["C"][0]) and "all seeds" not in rows["C"][0], rows["C"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taser.evaluation.recipes import RecipeTest, paired_by_seed, two_level_interval, unpaired
+from taser.evaluation.recipes import RecipeTest, against_fixed, paired_by_seed, two_level_interval, unpaired
 from taser.evaluation.runs import RunResult
 from taser.evaluation.seeds import Outcomes, Spread, mean_outcomes, over_seeds
 from taser.evaluation.significance import DEFAULT_RESAMPLES, bootstrap_interval, holm, sign_flip_test
@@ -59,12 +59,19 @@ class Cell:
     runs_se: float | None = None  # standard error of delta over questions (these runs): for the detectable difference
     recipe: RecipeTest | None = None  # the recipe: seeds as a random effect (both systems with several seeds)
     recipe_holm: float | None = None
+    recipe_level: float | None = None  # the level Holm's step-down compares the recipe's raw p with: alpha / (m - rank)
+    runs_level: float | None = None  # the same for the test of these runs in its family
     significant: bool = False  # the recipe's adjusted p < alpha where it was tested, else these runs'
 
     @property
     def deciding_p(self) -> float | None:
         """The adjusted p-value the mark rests on."""
         return self.recipe_holm if self.recipe is not None else self.p_holm
+
+    @property
+    def deciding_level(self) -> float | None:
+        """The level the mark's raw p-value is compared with at its step of Holm's procedure."""
+        return self.recipe_level if self.recipe is not None else self.runs_level
 
 
 @dataclass
@@ -162,8 +169,11 @@ def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: st
         b = b if b is not None else fixed_table(base, metric, ids)
         if a is None or b is None:
             return None
-        test = unpaired(a[1], b[1], weights)
-        test.design = "unpaired, against a seedless system" if b[0] == [None] else "unpaired, a seedless system against the recipe"
+        if b[0] == [None]:
+            test = against_fixed(a[1], b[1][0], weights)
+        else:  # the recipe is the baseline's: the same test, its sign turned
+            test = against_fixed(b[1], a[1][0], weights)
+            test.delta, test.design, test.seeds = -test.delta, "unpaired, a seedless system against the recipe", (1, b[1].shape[0])
         test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
         return test
     (seeds_a, table_a, _), (seeds_b, table_b, _) = a, b
@@ -252,10 +262,24 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
     recipes = [key for key in pending if out.cells[key].recipe is not None]
     for key, p in zip(recipes, holm([out.cells[key].recipe.p for key in recipes])):
         out.cells[key].recipe_holm = p
+    for key, level in zip(pending, holm_levels([out.cells[key].p for key in pending], settings.alpha)):
+        out.cells[key].runs_level = level
+    for key, level in zip(recipes, holm_levels([out.cells[key].recipe.p for key in recipes], settings.alpha)):
+        out.cells[key].recipe_level = level
     for key in pending:
         out.cells[key].significant = out.cells[key].deciding_p < settings.alpha
     out.tests, out.recipe_tests = len(pending), len(recipes)
     return out
+
+
+def holm_levels(pvalues: Sequence[float], alpha: float) -> list[float]:
+    """The level each p-value meets at its step of Holm's step-down procedure, in the order given: the
+    i-th smallest of m is compared with alpha / (m - i + 1) (ties in the order `holm` takes them)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    levels = [0.0] * len(pvalues)
+    for rank, i in enumerate(order):
+        levels[i] = alpha / (len(pvalues) - rank)
+    return levels
 
 
 def note(comparison: Comparison) -> list[str]:
@@ -278,7 +302,8 @@ def note(comparison: Comparison) -> list[str]:
             how = ", ".join(sorted(comparison.methods)) or "exact"
             if comparison.recipe_tests:
                 parts.append(f"†: the **recipe** differs from **{s.baseline}** at p < {s.alpha:g}, wherever a trained recipe with several "
-                             "seeds is involved: a crossed question x seed model of the per-question differences, runs paired by seed where "
+                             "seeds is involved: a crossed question x seed model of the per-question differences (variance components by the "
+                             "method of moments, none below 0), runs paired by seed where "
                              "both have matching seeds, else unpaired (a seedless system, BM25 or zero-shot, is a fixed reference), "
                              "Student's t with Satterthwaite's df, two-sided, after Holm's correction over the table's "
                              f"{comparison.recipe_tests} recipe comparison(s) (the family: this table, not the study).")

@@ -12,10 +12,21 @@ from taser.evaluation.seed_checks import SeedPair, seed_against_seed, seed_by_se
 from taser.evaluation.table_format import SIGNIFICANT, _columns, _in_order, _number, _signed
 
 
+def _tested_delta(cell, metric: str) -> str:
+    """The Δ the recipe test tested (over the matched seeds, paired by seed), and beside it the
+    difference of the two systems' means over all their seeds where that is another figure."""
+    tested = _signed(cell.recipe.delta, metric)
+    if abs(cell.recipe.delta - cell.delta) <= 1e-9 * max(1.0, abs(cell.delta)):
+        return tested
+    return f"{tested} (seeds {', '.join(map(str, cell.recipe.seeds))}; all seeds: {_signed(cell.delta, metric)})"
+
+
 def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
                       beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
-    """Each system's difference from the baseline (seed-averaged, per question) with its Holm-adjusted
-    p-values: the recipe's (`recipe p`, seeds as a random effect) where both have several seeds, and these runs' (`runs p`)."""
+    """Each system's difference from the baseline with its Holm-adjusted p-values: the recipe's
+    (`recipe p`, seeds as a random effect) where one has several seeds, and these runs' (`runs p`). The
+    Δ shown is the one the mark's test tested: the recipe test's (over the matched seeds where paired
+    by seed, with the all-seed difference beside it where that differs), else these runs'."""
     if not comparison.tests:
         return ""
     columns = [c for c in _columns(runs, ks, beir_metrics) if any(k[1:] == c[:2] and v.p is not None for k, v in comparison.cells.items())]
@@ -28,7 +39,7 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
             if cell is None or cell.p_holm is None:
                 cells.append("–")
             elif cell.recipe is not None:
-                cells.append(f"{_signed(cell.delta, metric)} (recipe p={cell.recipe_holm:.2g}; runs p={cell.p_holm:.2g})"
+                cells.append(f"{_tested_delta(cell, metric)} (recipe p={cell.recipe_holm:.2g}; runs p={cell.p_holm:.2g})"
                              + (f" {SIGNIFICANT}" if cell.significant else ""))
             else:
                 cells.append(f"{_signed(cell.delta, metric)} (p={cell.p_holm:.2g})" + (f" {SIGNIFICANT}" if cell.significant else ""))
@@ -37,31 +48,38 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
     return "\n".join(lines) + "\n"
 
 
+OWN_RECIPE = ("paired by seed", "unpaired, against a seedless system", "unpaired")  # the row's recipe is the one with seeds
+
+
 def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
                      beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
     """Per column: the smallest difference detectable at `power` (alpha as the table's, before Holm)
-    by the recipe test (median over the systems tested, at their seeds) and by the test of these
-    runs; and the matched seeds a recipe test would need for 1 and 2 points (at the observed variance)."""
+    by the recipe test (median over the systems tested, at their seeds: paired by seed, or against a
+    seedless baseline) and by the test of these runs; and the matched seeds a recipe test would need
+    for the table's targets (at the observed variance). Then, per system, the same at the level its
+    mark is decided at (`holm_detectable_table`)."""
     from taser.evaluation.recipes import seeds_needed
 
     alpha, power, targets = comparison.settings.alpha, comparison.settings.power, tuple(comparison.settings.seeds_for)
     lines = []
     for dataset, metric, label in _columns(runs, ks, beir_metrics):
         cells = [c for k, c in comparison.cells.items() if k[1:] == (dataset, metric) and c.p is not None]
-        recipes = [c.recipe for c in cells if c.recipe is not None and c.recipe.design == "paired by seed"]
+        tested = [c.recipe for c in cells if c.recipe is not None]
+        recipes = [r for r in tested if r.design in OWN_RECIPE] or tested  # a seedless row against a recipe: only where nothing else is
         runs_mdd = [_runs_detectable(c, alpha, power) for c in cells]
         runs_mdd = [m for m in runs_mdd if m is not None]
         if not recipes and not runs_mdd:
             continue
         recipe_mdd = sorted(r.detectable(alpha, power) for r in recipes)
-        seeds = sorted({len(r.seeds) for r in recipes})
+        seeds = sorted({r.seed_count for r in recipes})
         median = recipe_mdd[len(recipe_mdd) // 2] if recipe_mdd else None
+        with_components = [r for r in recipes if r.components is not None]
         need = {}
         for target in targets:
-            if metric in BEIR_METRICS or not recipes:  # the targets are points of a percentage; BEIR's metrics are fractions
+            if metric in BEIR_METRICS or not with_components:  # the targets are points of a percentage; BEIR's metrics are fractions
                 need[target] = "–"
                 continue
-            counts = sorted((seeds_needed(r.components, target, alpha, power) or 10**9) for r in recipes)
+            counts = sorted((seeds_needed(r.components, target, alpha, power) or 10**9) for r in with_components)
             middle = counts[len(counts) // 2]  # the median, a system that 200 seeds do not reach counting as more
             need[target] = "> 200" if middle == 10**9 else str(middle)
         lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
@@ -71,13 +89,53 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
     if not lines:
         return ""
     seeds_heads = " | ".join(f"matched seeds for a recipe difference of {t:g}" for t in targets)
-    return ("| column | recipe test (median over systems) | these runs, over questions | " + seeds_heads + " |\n"
+    text = ("| column | recipe test (median over systems) | these runs, over questions | " + seeds_heads + " |\n"
             + "|---" * (3 + len(targets)) + "|\n" + "\n".join(lines) + "\n\n"
             f"The difference each test detects with probability {power:.0%} at p < {alpha:g} (two-sided, before Holm's correction): "
             "a 'no difference' in this table means no difference larger than about this. Recipe test: (t_{1-α/2} + t_{power}) x its standard "
-            "error, at the seeds and questions here; seeds needed: the fewest matched seeds whose design reaches that difference at the "
-            "observed variance components (median over the systems tested). These runs: the same over questions alone, which says "
-            "nothing of other seeds.\n")
+            "error, at the seeds and questions here (against a seedless system, the recipe's seeds); seeds needed: the fewest matched seeds "
+            "whose design reaches that difference at the observed variance components (median over the systems tested). These runs: the "
+            "same over questions alone, which says nothing of other seeds.\n")
+    at_holm = holm_detectable_table(runs, comparison, ks, beir_metrics)
+    return text + ("\n" + at_holm if at_holm else "")
+
+
+def holm_detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                          beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Per system and column: the smallest difference its mark's test detects at `power` at the level
+    Holm's step-down compares that test's p with (alpha / (m - rank + 1), the level the mark is decided
+    at), and the matched seeds the table's targets need at that level ("" when nothing was tested)."""
+    from taser.evaluation.recipes import seeds_needed
+
+    power, targets = comparison.settings.power, tuple(comparison.settings.seeds_for)
+    columns = _columns(runs, ks, beir_metrics)
+    rows = []
+    for system in _in_order(r.system for r in runs):
+        cells = []
+        for dataset, metric, _ in columns:
+            cell = comparison.cells.get((system, dataset, metric))
+            level = None if cell is None else cell.deciding_level
+            if level is None:
+                cells.append("–")
+            elif cell.recipe is not None:
+                text = f"{_number(cell.recipe.detectable(level, power), metric)} at α {level:.2g}"
+                if cell.recipe.components is not None and metric not in BEIR_METRICS and targets:
+                    need = [seeds_needed(cell.recipe.components, t, level, power) for t in targets]
+                    text += "; seeds for " + "/".join(f"{t:g}" for t in targets) + ": " + "/".join("> 200" if n is None else str(n) for n in need)
+                cells.append(text)
+            else:
+                mdd = _runs_detectable(cell, level, power)
+                cells.append("–" if mdd is None else f"{_number(mdd, metric)} at α {level:.2g} (these runs)")
+        if any(c != "–" for c in cells):
+            rows.append("| " + " | ".join([system, *cells]) + " |")
+    if not rows:
+        return ""
+    head = ["system", *(c[2] for c in columns)]
+    return ("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "\n".join(rows) + "\n\n"
+            f"The same at the level each mark is decided at: the difference the test behind the system's mark (the recipe's where there "
+            f"is one) detects with probability {power:.0%} at the level Holm's step-down procedure compares its p-value with (α / (m − i + 1) "
+            f"for the i-th smallest of the family's m p-values; α = {comparison.settings.alpha:g}), and the matched seeds the recipe test "
+            "would need at that level for the table's target differences.\n")
 
 
 def _runs_detectable(cell, alpha: float, power: float) -> float | None:

@@ -464,8 +464,9 @@ def _summary(system_runs, baseline_runs, k, comparison, mine, theirs, report_col
     if cell is not None and cell.p is not None:
         tests = f"<p>Δ {cell.delta:+.2f}; these runs: p = {cell.p:.2g} ({cell.p_method}), Holm {cell.p_holm:.2g}"
         if cell.recipe is not None:
-            tests += (f"; the recipe ({cell.recipe.design}, seeds {', '.join(map(str, cell.recipe.seeds))}): p = {cell.recipe.p:.2g}, "
-                      f"Holm {cell.recipe_holm:.2g}, detectable at 80% power: {cell.recipe.detectable():.2f}")
+            tests += (f"; the recipe ({cell.recipe.design}, seeds {', '.join(map(str, cell.recipe.seeds))}): Δ {cell.recipe.delta:+.2f}, "
+                      f"p = {cell.recipe.p:.2g}, Holm {cell.recipe_holm:.2g}, detectable at 80% power: {cell.recipe.detectable():.2f}"
+                      f" (at its Holm level α {cell.recipe_level:.2g}: {cell.recipe.detectable(cell.recipe_level):.2f})")
         tests += ".</p>" + _family(comparison, k, system_runs[0].dataset, report_columns)
     return (f"<table class=summary><tr><th>system</th><th>top-{k}</th><th>seeds</th></tr>{''.join(lines)}</table>{tests}"
             f"<p>{n:,} questions: {gained} found by {html.escape(system_runs[0].system)} only at every seed, {lost} by "

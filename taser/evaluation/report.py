@@ -135,9 +135,11 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     differences = differences_table(runs, comparison, ks, beir_metrics)
     if differences:
         text += (f"\n## Paired differences against {comparison.settings.baseline}\n\n" + differences
-                 + "\nΔ: the system's figure minus the baseline's (per question, seeds averaged); p: Holm-adjusted. recipe p: seeds as "
-                 "a random effect (runs paired by seed); runs p: these runs over questions (exact sign flips); † follows the recipe p "
-                 "where there is one.\n")
+                 + "\nΔ: the difference the mark's test tests: with a recipe p, the recipe test's (runs paired by seed: over the seeds "
+                 "both systems have, and, where either has more, the difference of their means over all their seeds beside it, which "
+                 "the runs p tests); else the system's figure minus the baseline's (per question, seeds averaged). p: Holm-adjusted. "
+                 "recipe p: seeds as a random effect (runs paired by seed); runs p: these runs over questions (exact sign flips); † "
+                 "follows the recipe p where there is one.\n")
         power = detectable_table(runs, comparison, ks, beir_metrics)
         if power:
             text += (f"\n## The smallest difference this table can see (against {comparison.settings.baseline})\n\n" + power)
