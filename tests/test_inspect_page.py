@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from taser.evaluation.comparison import StatsSettings
-from taser.evaluation.inspect_page import inspection_page, locate, passages_by_id
+from taser.evaluation.inspect_page import inspection_page
+from taser.evaluation.inspect_texts import locate, passages_by_id
 from taser.evaluation.report import read_runs, write_report
 
 QUESTIONS = [("who wrote hamlet", "Shakespeare"), ("capital of france", "Paris"), ("largest planet", "Jupiter"),
