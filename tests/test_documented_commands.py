@@ -66,13 +66,18 @@ def docstring_commands(path: Path) -> list[tuple[int, str]]:
     if not doc:
         return []
     first = tree.body[0].lineno
-    found, pending, start = inline_commands(doc, first), "", 0
-    for offset, line in enumerate(doc.splitlines()):
-        text = line.split("  #")[0].strip()
+    lines = [(first + offset, line.split("  #")[0].strip()) for offset, line in enumerate(doc.splitlines())]
+    return inline_commands(doc, first) + joined_commands((n, t) for n, t in lines if "`" not in t)
+
+
+def joined_commands(lines) -> list[tuple[int, str]]:
+    """(line, command) of each script command among (line, text) pairs, continued lines joined."""
+    found, pending, start = [], "", 0
+    for number, text in lines:
         if pending:
-            pending += " " + text
-        elif COMMAND_START.match(text) and SCRIPT.search(text) and "`" not in text:
-            pending, start = text, first + offset
+            pending += " " + text.strip()
+        elif SCRIPT.search(text) and COMMAND_START.match(text.lstrip()):
+            pending, start = text.strip(), number
         if pending.endswith("\\"):
             pending = pending[:-1].rstrip()
             continue
@@ -90,7 +95,7 @@ def documented_commands(path: Path) -> list[tuple[int, str]]:
         return docstring_commands(path)
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
-    found, fence, pending, start = [], False, "", 0
+    found, fence, fenced = [], False, []
     if path.suffix == ".md":
         found += inline_commands(without_fences(text))
     for number, line in enumerate(lines, 1):
@@ -102,20 +107,9 @@ def documented_commands(path: Path) -> list[tuple[int, str]]:
         if line.strip().startswith("```"):
             fence = not fence
             continue
-        if not fence:
-            continue
-        text = line.split(" #")[0].rstrip() if not line.lstrip().startswith("#") else ""
-        if pending:
-            pending += " " + text.strip()
-        elif SCRIPT.search(text) and COMMAND_START.match(text.lstrip()):
-            pending, start = text.strip(), number
-        if pending and pending.endswith("\\"):
-            pending = pending[:-1].rstrip()
-            continue
-        if pending:
-            found.append((start, pending))
-            pending = ""
-    return found
+        if fence:
+            fenced.append((number, line.split(" #")[0].rstrip() if not line.lstrip().startswith("#") else ""))
+    return found + joined_commands(fenced)
 
 
 def _first_of_sweep(override: str) -> str:
