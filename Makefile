@@ -18,9 +18,16 @@ $(VENV)/.torch: $(VENV)/.created
 	$(PIP) install --quiet $(TORCH_PIN)
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.torch pyproject.toml
-	$(PIP) install --quiet -e '.[dev,bm25,fast]'
+# constraints.txt: the versions the tests last passed with (a new transformers release once broke CI overnight).
+$(VENV)/.installed: $(VENV)/.torch pyproject.toml constraints.txt
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,bm25,fast]'
 	touch $@
+
+# After a deliberate upgrade inside .venv has passed make test: record the tested set.
+.PHONY: lock
+lock: $(VENV)/.installed
+	{ sed -n '1,3p' constraints.txt; $(PIP) freeze --exclude-editable | grep -viE '^(taser|-e )' | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 install: $(VENV)/.installed
 

@@ -13,7 +13,7 @@ from taser.models.config import BiEncoderConfig
 from taser.models.routers import RoutingContext
 from taser.models.settings import ModelSettings
 from taser.models.taser_encoder import moe_modules
-from taser.models.unpad import PackedLayout, encoder_states
+from taser.models.unpad import PackedLayout, encoder_states, position_offset
 
 VOCAB = 120
 QUESTION_LENGTHS = [1, 9, 3, 17]  # a question of [CLS] alone, and very different lengths
@@ -257,3 +257,46 @@ def test_unpad_setting_follows_the_attention_kernel():
     assert ModelSettings(unpad=None).unpad is None
     with pytest.raises(ValueError, match="model.unpad=true needs model.attention=taser_sdpa"):
         ModelSettings(unpad=True, attention="eager")
+
+
+def test_a_packed_batch_gets_no_token_by_token_mask_from_transformers():
+    """transformers >= 5.25 hands the encoder's position ids to its mask builder, which reads
+    restarting ids as packed sequences and asks the attention's mask function for a (tokens x
+    tokens) mask, with no padding mask and the no-mask shortcut off; `taser_sdpa` packs on its own
+    and refused that mask. Asked as 5.25 asks (whatever transformers is installed), it builds none;
+    a padding mask is still built."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, bidirectional_mask_function, create_bidirectional_mask
+
+    encoder = tiny_encoder(0)
+    mask_function = ALL_MASK_ATTENTION_FUNCTIONS[encoder.config._attn_implementation]
+    tokens = 15  # three packed sequences of 5, 3 and 7 tokens
+    packed = mask_function(batch_size=1, q_length=tokens, kv_length=tokens, mask_function=bidirectional_mask_function,
+                           attention_mask=None, allow_is_bidirectional_skip=False, allow_is_causal_skip=False)
+    assert packed is None
+    layout = PackedLayout.from_mask(batch([5, 3, 7], seed=0)["attention_mask"])
+    position_ids = layout.position_ids(position_offset(encoder)).unsqueeze(0)
+    embeds = torch.zeros(1, tokens, 32)
+    assert create_bidirectional_mask(config=encoder.config, inputs_embeds=embeds, attention_mask=None, position_ids=position_ids) is None
+    padded = create_bidirectional_mask(config=encoder.config, inputs_embeds=torch.zeros(2, 4, 32), attention_mask=torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]))
+    assert padded is not None and padded.shape == (2, 1, 4, 4) and not bool(padded[0, 0, 0, 3])
+
+
+def test_pretrained_encoders_load_without_hub_kernels(tiny_pretrained, monkeypatch):
+    """transformers >= 5.25 replaces layers with hub kernels unless told not to (and fails where
+    the `kernels` package is missing); taser's loaders tell it not to, for the encoder and the reader."""
+    import transformers
+
+    from taser.models.biencoder import _load_encoder
+    from taser.reader.model import Reader
+
+    seen = []
+    real = transformers.AutoModel.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        seen.append(kwargs.get("use_kernels"))
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", classmethod(spy))
+    _load_encoder(tiny_pretrained)
+    Reader.from_pretrained(tiny_pretrained, 64, 16)
+    assert seen == [False, False]

@@ -183,9 +183,14 @@ def _padded_attention(module, query, key, value, attention_mask, dropout: float,
 def taser_sdpa_mask(*args, **kwargs):
     """transformers' SDPA mask without its check for a batch with no padding: that check reads
     the mask back to the host (`.all()`), a sync per encoder call on a GPU. A mask of all ones
-    costs the kernel little; the check would cost the queue of work."""
-    if kwargs.get("attention_mask") is not None:
-        kwargs["allow_is_bidirectional_skip"] = False
+    costs the kernel little; the check would cost the queue of work.
+
+    Without a padding mask there is no mask: every token sees every token, or the batch is packed
+    (`taser.models.unpad`), whose length groups bring their own masks. transformers >= 5.25 would
+    build a (tokens x tokens) mask for a packed batch from its restarting position ids."""
+    if kwargs.get("attention_mask") is None:
+        return None
+    kwargs["allow_is_bidirectional_skip"] = False
     return sdpa_mask(*args, **kwargs)
 
 

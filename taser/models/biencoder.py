@@ -25,7 +25,7 @@ from taser.models.checkpoint_files import load_weights, read_config_block, write
 from taser.models.config import BiEncoderConfig
 from taser.models.dropout import use_mask_dropout
 from taser.models.pooling import pool
-from taser.models.pretrained import native_pooling, resolve_pretrained
+from taser.models.pretrained import LOAD_OPTIONS, native_pooling, resolve_pretrained
 from taser.models.routers import AuxLoss
 from taser.models.unpad import encoder_states
 
@@ -58,7 +58,7 @@ def _load_encoder(source: str | AutoConfig, attn: str = TASER_SDPA) -> nn.Module
     # fp16 checkpoint's dtype: AdamW's small updates then vanish in rounding); autocast decides
     # the compute precision
     if isinstance(source, str):
-        return AutoModel.from_pretrained(source, attn_implementation=attn, dtype=torch.float32)
+        return AutoModel.from_pretrained(source, attn_implementation=attn, dtype=torch.float32, **LOAD_OPTIONS)
     return AutoModel.from_config(source, attn_implementation=attn, dtype=torch.float32)
 
 

@@ -43,3 +43,8 @@ def native_pooling(path: str) -> tuple[str, bool]:
         if kind.endswith("Normalize"):
             normalize = True
     return pooling, normalize
+
+
+# transformers >= 5.25 swaps layers for kernels fetched from the hub by default (`use_kernels`);
+# taser's encoders keep their own attention and maths, online or not, whatever is installed.
+LOAD_OPTIONS = {"use_kernels": False}

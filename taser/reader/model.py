@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from taser.io import atomic_dir
 from taser.models.checkpoint_files import load_weights, read_config_block, write_checkpoint_files
-from taser.models.pretrained import resolve_pretrained
+from taser.models.pretrained import LOAD_OPTIONS, resolve_pretrained
 
 READER_FORMAT = "taser-reader-1"
 CONFIG_KEY = "taser_reader"
@@ -74,6 +74,8 @@ def _encoder(source, **kwargs) -> nn.Module:
     precision of the computation)."""
     make = AutoModel.from_pretrained if isinstance(source, str) else AutoModel.from_config
     kwargs.setdefault("dtype", torch.float32)
+    if isinstance(source, str):
+        kwargs = {**LOAD_OPTIONS, **kwargs}
     with _quiet_transformers():
         try:
             return make(source, add_pooling_layer=False, **kwargs)
