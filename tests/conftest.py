@@ -14,6 +14,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# `make test` runs the suite on every core (pytest-xdist, -n auto): each worker, and the processes
+# its tests start, get their share of the cores rather than each a thread per core.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _children_import_this_package() -> None:
+    """Processes a test starts with this environment import the `taser` this run imports: under
+    `make mutants`, the mutated copy (with the active mutant in `MUTANT_UNDER_TEST`), not the
+    checkout's editable install, so tests that run scripts in a child can kill mutants too."""
+    import taser
+
+    here = str(Path(taser.__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
+_children_import_this_package()
 # Scripts run in-process (runpy) import their `_environment` guard as `python scripts/x.py` does,
 # from the scripts' own directory.
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -74,3 +95,9 @@ def tiny_model_cfg(pretrained: str, model_type: str = "dpr", **extra) -> dict:
     }
     cfg.update(extra)
     return cfg
+
+
+def pytest_collection_modifyitems(config, items):
+    # the slow tests first: with the suite spread over workers, a worker then ends on short tests
+    # instead of starting a minute-long one when the others are done
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 
+import pytest
 from conftest import ROOT, SQUAD
 
 
@@ -18,6 +19,7 @@ def load_script():
     return module
 
 
+@pytest.mark.slow
 def test_smoke_study_resumes(tmp_path, tiny_pretrained, monkeypatch):
     squad = tmp_path / "squad-4.json"
     data = json.loads(SQUAD.read_text())

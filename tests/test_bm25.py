@@ -185,6 +185,7 @@ def test_lucene_edge_cases_and_reuse(lucene_index, corpus, monkeypatch):
     assert not (lucene_index.index_dir / "_docs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.pyserini
 def test_pyserini_in_a_fresh_process(lucene_index, tmp_path):
     """No OpenAI key, JAVA_HOME at an old Java: importing works, the JVM does not abort, and
@@ -217,6 +218,7 @@ def test_pyserini_in_a_fresh_process(lucene_index, tmp_path):
 # --- scripts/evaluate.py retriever=bm25 end to end ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [pytest.param("pyserini", marks=pytest.mark.pyserini), "bm25s"])
 def test_evaluate_script_with_bm25(mini_squad, tmp_path, backend):
     out = tmp_path / "eval"

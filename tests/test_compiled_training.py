@@ -57,6 +57,7 @@ def _assert_same(mine: dict, theirs: dict, rtol: float) -> None:
             assert float((mine[name] - t).norm()) <= rtol * float(t.norm()) + 1e-5 * total, name
 
 
+@pytest.mark.slow
 def test_bucketing_bounds_compiles_and_keeps_the_loss(tmp_path, tiny_pretrained, mini_squad):
     """Would catch a bucketing that lets raw lengths (or row counts) through to the compiled
     encoders (more graphs than buckets), or padding that changes the maths (unmasked pads,

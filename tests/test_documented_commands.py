@@ -177,6 +177,7 @@ def check(path: Path, scripts: dict[str, str]) -> list[str]:
     return failures
 
 
+@pytest.mark.slow
 def test_every_documented_command_composes():
     scripts = hydra_scripts()
     failures, count = [], 0

@@ -177,6 +177,7 @@ def _cuda_only_worker(rank, world, init_file, out):
         torch.save({"sizes": sizes, "refused": refused}, out)
 
 
+@pytest.mark.slow
 def test_host_facts_travel_beside_a_device_only_group(tmp_path):
     """Would catch a row-count exchange sent through the default group with CPU tensors, which
     stops an NCCL run at its first step ("No backend type associated with device type cpu")."""

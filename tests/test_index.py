@@ -117,6 +117,7 @@ def test_training_sample_is_the_drawn_rows_in_order_across_chunks():
         _training_sample(chunks, 104, 4, 40)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, opq, recall", [("hnsw", False, 0.95), ("hnsw_sq8", False, 0.9), ("ivf_pq", False, 0.5), ("ivf_pq", True, 0.5)])
 def test_approximate_types_find_the_exact_neighbours(kind, opq, recall):
     base, queries = clustered(2000), clustered(50, seed=1)

@@ -44,3 +44,17 @@ def test_the_score_counts_justified_equivalents_and_replaces_the_modules_line(tm
     rows = [r for r in (tmp_path / "results.md").read_text().splitlines() if r.startswith("| `taser/")]
     assert [r.split("|")[1].strip() for r in rows] == ["`taser/y.py`", "`taser/x.py`"]  # one line a module, the latest run's
     assert "| 90.0% |" in rows[1] and "| 55.0% |" in rows[0]
+
+
+def test_a_process_a_test_starts_imports_the_package_the_test_imports(tmp_path):
+    """Under `make mutants` the tests import the mutated copy; a script a test runs in a child must
+    too, or every test that runs a script passes whatever the mutant (conftest's PYTHONPATH)."""
+    import os
+    import subprocess
+    import sys
+
+    import taser
+
+    assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == str(Path(taser.__file__).resolve().parents[1])
+    child = subprocess.run([sys.executable, "-c", "import taser; print(taser.__file__)"], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert Path(child.stdout.strip()).resolve() == Path(taser.__file__).resolve()

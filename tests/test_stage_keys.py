@@ -289,6 +289,7 @@ def test_a_jobs_log_file_keeps_the_scripts_lines(tmp_path):
         handler.close()
 
 
+@pytest.mark.slow
 def test_the_stage_sharing_table_in_the_docs_is_current():
     docs = ROOT / "docs" / "tables.md"
     assert START in docs.read_text() and END in docs.read_text()
