@@ -304,3 +304,49 @@ def test_beir_per_query_values_belong_to_their_queries(tmp_path):
             dcg = sum(judged.get(d, 0) / np.log2(i + 2) for i, d in enumerate(docs[:k]))
             ideal = sum(g / np.log2(i + 2) for i, g in enumerate(sorted((g for g in judged.values() if g > 0), reverse=True)[:k]))
             assert record[f"nDCG@{k}"] == pytest.approx(dcg / ideal if ideal else 0.0, abs=1e-5), record
+
+
+def test_one_family_over_two_tables_counts_a_shared_comparison_once(holm_runs):
+    """Would catch a study's family that counts A-B twice (once per table), adjusts each table on its
+    own, leaves the marks as each table decided them, or a note that still says "this table".
+    Against B: A 2/512, C 2/64, D 18/256 (see `holm_runs`); against A: B is A-B again, C and D lose
+    q6-q8 and q7-q9 (3 losses, no win): exact p = 2/8 each. Five distinct tests; Holm over five:
+    2/512 x 5, 2/64 x 4, 18/256 x 3, 0.25 x 2 twice."""
+    from taser.evaluation.comparison import one_family
+
+    tables = {b: compare(holm_runs, [("D", "top-1")], StatsSettings(baseline=b, bootstrap=False, resamples=10_000)) for b in "BA"}
+    assert tables["A"].cells[("C", "D", "top-1")].p == pytest.approx(2 / 8)
+    assert tables["A"].cells[("C", "D", "top-1")].p_holm == pytest.approx(0.5)  # its own table: 2/8 x 2 (B-A 2/512 x 3 first)
+    assert tables["B"].cells[("C", "D", "top-1")].significant is False and tables["B"].cells[("C", "D", "top-1")].p_holm == pytest.approx(0.0625)
+    one_family(list(tables.values()), "the two tables")
+    adjusted = {(b, s): tables[b].cells[(s, "D", "top-1")].p_holm for b, others in (("B", "ACD"), ("A", "BCD")) for s in others}
+    assert adjusted == pytest.approx({("B", "A"): 5 * 2 / 512, ("B", "C"): 4 * 2 / 64, ("B", "D"): 3 * 18 / 256,
+                                      ("A", "B"): 5 * 2 / 512, ("A", "C"): 0.5, ("A", "D"): 0.5})
+    levels = {(b, s): tables[b].cells[(s, "D", "top-1")].runs_level for b, s in adjusted}
+    assert levels == pytest.approx({("B", "A"): 0.01, ("B", "C"): 0.05 / 4, ("B", "D"): 0.05 / 3, ("A", "B"): 0.01,
+                                    ("A", "C"): 0.025, ("A", "D"): 0.05})  # tied p: Holm takes them in order
+    assert {k for k in adjusted if tables[k[0]].cells[(k[1], "D", "top-1")].significant} == {("B", "A"), ("A", "B")}
+    assert all(t.family_sizes() == (5, 0) for t in tables.values())
+    text = report_markdown(holm_runs, {}, ks=(1,), comparison=tables["B"])
+    assert "after Holm's correction over the 5 distinct comparison(s) of the two tables (the family" in text
+    assert "the family: this table" not in text
+    assert _rows(differences_table(holm_runs, tables["B"], ks=(1,)))["C"] == ["+60.0 (p=0.12)"]
+    # at alpha 0.015, A-B is marked in each table alone (3 x 2/512 = 0.0117) and not in the family (0.0195)
+    strict = {b: compare(holm_runs, [("D", "top-1")], StatsSettings(baseline=b, alpha=0.015, bootstrap=False, resamples=10_000)) for b in "BA"}
+    assert strict["B"].cells[("A", "D", "top-1")].significant and strict["A"].cells[("B", "D", "top-1")].significant
+    one_family(list(strict.values()), "the two tables")
+    assert not strict["B"].cells[("A", "D", "top-1")].significant and not strict["A"].cells[("B", "D", "top-1")].significant
+
+
+def test_tables_against_several_baselines_are_one_family_unless_asked_per_table(holm_runs):
+    """Would catch `tables_against` (what benchmarks/ablations/run.py reports with) ignoring its
+    family setting, or drawing a table against a baseline the runs do not hold."""
+    from taser.evaluation.report import tables_against
+
+    study = tables_against(holm_runs, ["B", "missing", "A"], ks=(1,), bootstrap=False, resamples=10_000)
+    assert list(study) == ["B", "A"]
+    assert study["B"].cells[("C", "D", "top-1")].p_holm == pytest.approx(4 * 2 / 64) and study["B"].family_sizes() == (5, 0)
+    apart = tables_against(holm_runs, ["B", "A"], ks=(1,), family="table", bootstrap=False, resamples=10_000)
+    assert apart["B"].cells[("C", "D", "top-1")].p_holm == pytest.approx(2 * 2 / 64) and apart["B"].family is None
+    with pytest.raises(ValueError, match="family"):
+        tables_against(holm_runs, ["B"], ks=(1,), family="studies")

@@ -37,7 +37,8 @@ every seed recorded for each row whatever `--seeds` says (`--seeds` is what a ru
 with `--report-only` it restricts the report to those seeds, and the file says so); a rewrite that
 changes the file logs a warning with the changed lines and whether figures moved. It holds the
 tables against `dpr`, against zero-shot and against BM25 (mean ± std over seeds, bootstrap intervals
-over questions, † = significant after Holm, each row against the baseline seed by seed), the seeds
+over questions, † = significant after Holm's correction over the three tables as one family, a comparison
+shown in two tables counted once (`--family table`: each table its own), each row against the baseline seed by seed), the seeds
 of each row tested against each other once, the machine, and the command (its `--seeds`: those
 asked for and those the file holds, so it reproduces the file). The section
 from "## What the study supports" on is kept across re-runs: it is written by hand.
@@ -107,6 +108,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bm25-backend", default="pyserini", choices=["pyserini", "bm25s"])
     p.add_argument("--save-every", type=int, default=25, help="training checkpoints (a killed run resumes from the last)")
     p.add_argument("--resamples", type=int, default=10_000, help="of the significance tests and bootstrap intervals")
+    p.add_argument("--family", choices=["study", "table"], default="study",
+                   help="what Holm's correction runs over: every comparison of the report's tables as one family (a comparison in "
+                        "two tables counted once), or each table on its own (named under each table)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "benchmarks" / "ablations")
     p.add_argument("--records", type=Path, default=Path(__file__).resolve().parent / "runs",
@@ -268,13 +272,12 @@ def write_results(args) -> str:
     """`results.md` from every finished (row, seed) under the work directory."""
     from taser.evaluation.comparison import StatsSettings
     from taser.evaluation.curves import plot_curves, plot_file_name
-    from taser.evaluation.report import read_runs, report_markdown, seed_checks_markdown, table_stats
+    from taser.evaluation.report import read_runs, report_markdown, seed_checks_markdown, tables_against
 
     done = report_pairs(args)
     if not done:
         return ""
     runs = read_runs([record_dir(args, row, seed) / "results.json" for row, seed in done])
-    names = {r.system for r in runs}
     plot = plot_curves(runs, DATASET, args.results.parent / plot_file_name(DATASET))
     times = {}
     for row, seed in done:
@@ -300,13 +303,8 @@ def write_results(args) -> str:
         f"Rows finished: {len(done)} (row, seed) pairs; their summed time: {total / 3600:.2f} h as recorded, "
         f"{typical / 3600:.2f} h at each row's median pair (the recorded times include pairs slowed by other jobs).\n",
     ]
-    first = None
-    for baseline in BASELINES:
-        if baseline not in names:
-            continue
-        stats = StatsSettings(baseline=baseline, resamples=args.resamples)
-        comparison = table_stats(runs, KS, stats=stats, reuse=first)  # the intervals are drawn once, for the first baseline
-        first = first or comparison
+    comparisons = tables_against(runs, BASELINES, KS, family=args.family, resamples=args.resamples)
+    for baseline, comparison in comparisons.items():
         body = report_markdown(runs, {}, ks=KS, title=f"Against {baseline}", comparison=comparison, seed_checks=False)
         text.append("#" + body.replace("\n## ", "\n### "))
     checks = seed_checks_markdown(runs, StatsSettings(resamples=args.resamples), ks=KS)

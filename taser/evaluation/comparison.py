@@ -1,7 +1,8 @@
 """The statistics behind a report table: for each system, dataset and metric, the figure over
 seeds (mean ± standard deviation, n, from the unrounded per-question outcomes), a bootstrap
 confidence interval, and the tests against a baseline system, each family Holm-corrected across
-the table's comparisons.
+the table's comparisons, or across several tables' (`one_family`: a study's tables against several
+baselines, as one family).
 
 Two tests, for two claims:
 - **the recipe** (`taser.evaluation.recipes`), wherever a system or the baseline has several
@@ -81,9 +82,16 @@ class Comparison:
     seeds: dict[str, int] = field(default_factory=dict)  # system -> runs (seeds) per dataset, the most of its datasets
     seeded: dict[str, bool] = field(default_factory=dict)  # system -> whether its runs record a training seed
     questions: dict[str, int] = field(default_factory=dict)  # dataset -> questions with per-query outcomes
-    tests: int = 0  # comparisons of these runs, corrected together
-    recipe_tests: int = 0  # recipe comparisons, corrected together
+    tests: int = 0  # comparisons of these runs in this table
+    recipe_tests: int = 0  # recipe comparisons in this table
     methods: set = field(default_factory=set)  # how the p-values over questions were computed
+    family: str | None = None  # what Holm's correction ran over when not this table alone (`one_family`)
+    family_tests: int = 0  # the family's distinct comparisons of these runs (when `family`)
+    family_recipe_tests: int = 0  # and its distinct recipe comparisons
+
+    def family_sizes(self) -> tuple[int, int]:
+        """How many tests of these runs, and of recipes, Holm's correction ran over."""
+        return (self.family_tests, self.family_recipe_tests) if self.family else (self.tests, self.recipe_tests)
 
     @property
     def has_intervals(self) -> bool:
@@ -282,6 +290,55 @@ def holm_levels(pvalues: Sequence[float], alpha: float) -> list[float]:
     return levels
 
 
+def one_family(comparisons: Sequence[Comparison], name: str) -> None:
+    """Holm's correction over every test of several tables at once (`name` says what they are, e.g.
+    "the study's 3 tables"), in place of each table's own: the family-wise error rate then holds for
+    what a write-up argues across the tables. A test shown in two tables (A in the table against B,
+    B in the table against A) is one test, counted once and adjusted alike in both; every mark is
+    decided again, at the same alpha."""
+    alphas = {c.settings.alpha for c in comparisons}
+    if len(alphas) > 1:
+        raise ValueError(f"one family needs one alpha, got {sorted(alphas)}")
+    alpha = alphas.pop() if alphas else StatsSettings().alpha
+
+    def distinct(p_of) -> list[list[Cell]]:
+        found: dict[tuple, list[Cell]] = {}
+        for comparison in comparisons:
+            for (system, dataset, metric), cell in comparison.cells.items():
+                if p_of(cell) is not None:
+                    found.setdefault((frozenset((system, comparison.settings.baseline)), dataset, metric), []).append(cell)
+        for key, cells in found.items():
+            if len({round(p_of(c), 12) for c in cells}) > 1:
+                log.warning("%s on %s %s: the two tables' p-values differ (%s); the first is used", " and ".join(sorted(key[0])),
+                            key[1], key[2], ", ".join(f"{p_of(c):.3g}" for c in cells))
+        return list(found.values())
+
+    runs = distinct(lambda cell: cell.p if cell.p_holm is not None else None)
+    raw = [cells[0].p for cells in runs]
+    for cells, adjusted, level in zip(runs, holm(raw), holm_levels(raw, alpha)):
+        for cell in cells:
+            cell.p_holm, cell.runs_level = adjusted, level
+    recipes = distinct(lambda cell: cell.recipe.p if cell.recipe is not None else None)
+    raw = [cells[0].recipe.p for cells in recipes]
+    for cells, adjusted, level in zip(recipes, holm(raw), holm_levels(raw, alpha)):
+        for cell in cells:
+            cell.recipe_holm, cell.recipe_level = adjusted, level
+    for comparison in comparisons:
+        for cell in comparison.cells.values():
+            if cell.p_holm is not None:
+                cell.significant = cell.deciding_p < alpha
+        comparison.family, comparison.family_tests, comparison.family_recipe_tests = name, len(runs), len(recipes)
+
+
+def _family_words(comparison: Comparison, recipes: bool) -> str:
+    tests, recipe_tests = comparison.family_sizes()
+    if comparison.family:
+        count = f"{recipe_tests} distinct recipe comparison(s)" if recipes else f"{tests} distinct comparison(s)"
+        return f"over the {count} of {comparison.family} (the family; a comparison shown in two tables counted once)"
+    return (f"over the table's {recipe_tests} recipe comparison(s) (the family: this table, not the study)" if recipes
+            else f"over the table's {tests} comparison(s) (the family: this table)")
+
+
 def note(comparison: Comparison) -> list[str]:
     """What the table's ±, n, intervals and marks mean, which test each mark rests on, its family,
     and how many seeds and questions they rest on (a sentence or two each)."""
@@ -305,14 +362,13 @@ def note(comparison: Comparison) -> list[str]:
                              "seeds is involved: a crossed question x seed model of the per-question differences (variance components by the "
                              "method of moments, none below 0), runs paired by seed where "
                              "both have matching seeds, else unpaired (a seedless system, BM25 or zero-shot, is a fixed reference), "
-                             "Student's t with Satterthwaite's df, two-sided, after Holm's correction over the table's "
-                             f"{comparison.recipe_tests} recipe comparison(s) (the family: this table, not the study).")
+                             f"Student's t with Satterthwaite's df, two-sided, after Holm's correction {_family_words(comparison, True)}.")
             lead = ("Where neither side has several seeds, † rests on" if comparison.recipe_tests
                     else f"†: differs from **{s.baseline}** at p < {s.alpha:g} by")
             parts.append(f"{lead} "
                          "the test of **these runs**: per question the outcome averaged over the seeds, the paired sign-flip test over "
-                         f"questions ({how} p-values; {questions} questions), two-sided, after Holm's correction over the table's "
-                         f"{comparison.tests} comparison(s) (the family: this table). It speaks of these trained models on these questions, "
+                         f"questions ({how} p-values; {questions} questions), two-sided, after Holm's correction {_family_words(comparison, False)}. "
+                         "It speaks of these trained models on these questions, "
                          "not of their recipes.")
         else:
             parts.append(f"No comparison with **{s.baseline}**: the runs wrote no per-query outcomes (per_query.jsonl).")

@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from taser.evaluation.comparison import Comparison, StatsSettings, compare, note
+from taser.evaluation.comparison import Comparison, StatsSettings, compare, note, one_family
 from taser.evaluation.curves import plot_curves, plot_file_name
 from taser.evaluation.difference_tables import (
     detectable_table,
@@ -75,6 +75,23 @@ def table_stats(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100), 
     """The statistics of the report table's cells, for `report_markdown(comparison=...)`; `reuse`:
     another baseline's comparison of the same runs, whose intervals are taken (see `compare`)."""
     return _table_stats(runs, ks, beir_metrics, stats, reuse)[1]
+
+
+def tables_against(runs: Sequence[RunResult], baselines: Sequence[str], ks: Sequence[int | str] = (20, 100),
+                   beir_metrics: Sequence[str] = ("nDCG@10",), family: str = "study", **settings) -> dict[str, Comparison]:
+    """One table's statistics per baseline (those among the runs' systems, in the order given), the
+    intervals drawn once. `family`: "study", Holm's correction over every table's comparisons as one
+    family (a comparison shown in two tables counted once: `comparison.one_family`); "table", each
+    table its own. `settings`: `StatsSettings`' other fields."""
+    if family not in ("study", "table"):
+        raise ValueError(f"family must be 'study' or 'table', got {family!r}")
+    systems = {r.system for r in runs}
+    tables: dict[str, Comparison] = {}
+    for baseline in (b for b in baselines if b in systems):
+        tables[baseline] = table_stats(runs, ks, beir_metrics, StatsSettings(baseline=baseline, **settings), reuse=next(iter(tables.values()), None))
+    if family == "study" and len(tables) > 1:
+        one_family(list(tables.values()), f"the study's {len(tables)} tables (against {', '.join(tables)})")
+    return tables
 
 
 def markdown_table(runs: Sequence[RunResult], ks: Sequence[int | str] = (20, 100), beir_metrics: Sequence[str] = ("nDCG@10",),
