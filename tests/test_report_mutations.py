@@ -350,3 +350,35 @@ def test_tables_against_several_baselines_are_one_family_unless_asked_per_table(
     assert apart["B"].cells[("C", "D", "top-1")].p_holm == pytest.approx(2 * 2 / 64) and apart["B"].family is None
     with pytest.raises(ValueError, match="family"):
         tables_against(holm_runs, ["B"], ks=(1,), family="studies")
+
+
+def _on(run: RunResult, machine: str | None) -> RunResult:
+    run.machine = machine
+    return run
+
+
+def test_a_recipe_test_whose_sides_ran_on_different_machines_says_so(caplog):
+    """Would catch the machine check comparing all seeds where the test pairs only the matched ones,
+    missing a matched seed run on two machines, or missing seeds of one side on a machine the
+    other side (a seedless reference) never ran on; the note under the table carries it."""
+    from taser.evaluation.comparison import machines_unlike
+
+    def seeds(system, machines, hits):
+        return [_on(_run(system, _hits(set(IDS[:h])), seed=s), m) for s, m, h in zip((1, 2, 3), machines, hits)]
+
+    a = seeds("A", ["X", "X", "Y"], [6, 7, 5])
+    b = seeds("B", ["X", "X"], [4, 5])
+    assert machines_unlike(a, b) is None  # paired over seeds 1-2 only: both on X; A's seed 3 is not in the test
+    b[1].machine = "Y"
+    assert machines_unlike(a, b) == "seed(s) 2 of A and B ran on different machines"
+    fixed = [_on(_run("Z", _hits({"q0"})), "X")]
+    assert machines_unlike(a, fixed) == "A's seed(s) 3 ran on Y, where none of Z's runs did"
+    assert machines_unlike(fixed, a) == "A's seed(s) 3 ran on Y, where none of Z's runs did"
+    assert machines_unlike(a[:2], fixed) is None
+    assert machines_unlike(a, [_on(_run("Z", _hits({"q0"})), None)]) is None  # not recorded: nothing to say
+    with caplog.at_level("WARNING"):
+        comparison = compare([*a, *fixed], [("D", "top-1")], StatsSettings(baseline="Z", bootstrap=False))
+    assert comparison.cells[("A", "D", "top-1")].recipe is not None
+    assert comparison.machine_notes == ["A's seed(s) 3 ran on Y, where none of Z's runs did"]
+    assert "A's seed(s) 3 ran on Y" in caplog.text
+    assert "**Machines differ**" in report_markdown([*a, *fixed], {}, ks=(1,), comparison=comparison)

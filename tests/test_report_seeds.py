@@ -332,3 +332,17 @@ def test_the_delta_printed_is_the_delta_the_recipe_test_tested(tmp_path):
     rows = _table_rows(differences_table(runs, comparison, ks=(1,)))
     assert rows["A"][0].startswith("+5.0 (seeds 1, 2, 3; all seeds: +15.0) (recipe p="), rows["A"]
     assert re.match(r"\+15\.0 \(recipe p=", rows["C"][0]) and "all seeds" not in rows["C"][0], rows["C"]
+
+
+def test_a_run_reads_the_machine_its_results_record(tmp_path):
+    """The report's machine check reads the CPU kind, device and precision each results.json records."""
+    from taser.evaluation.runs import read_run
+
+    results = write_run(tmp_path, "dpr", [1, None, 2], seed=1)
+    path = tmp_path / "dpr" / "seed-1" / "results.json"
+    assert read_run(path).machine is None  # recorded no hardware
+    hardware = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cpu_native_bf16": True, "device": "cpu"}
+    path.write_text(json.dumps({**results, "hardware": hardware, "precision": "fp32"}))
+    assert read_run(path).machine == "AMD EPYC (AVX512, native bf16), cpu, fp32"
+    path.write_text(json.dumps({**results, "hardware": hardware, "precision": "bf16"}))
+    assert read_run(path).machine == "AMD EPYC (AVX512, native bf16), cpu, bf16"

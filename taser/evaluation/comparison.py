@@ -85,6 +85,7 @@ class Comparison:
     tests: int = 0  # comparisons of these runs in this table
     recipe_tests: int = 0  # recipe comparisons in this table
     methods: set = field(default_factory=set)  # how the p-values over questions were computed
+    machine_notes: list[str] = field(default_factory=list)  # recipe tests whose seeds ran on machines the other side's did not
     family: str | None = None  # what Holm's correction ran over when not this table alone (`one_family`)
     family_tests: int = 0  # the family's distinct comparisons of these runs (when `family`)
     family_recipe_tests: int = 0  # and its distinct recipe comparisons
@@ -199,6 +200,29 @@ def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: st
     return test
 
 
+def machines_unlike(mine: Sequence[RunResult], base: Sequence[RunResult]) -> str | None:
+    """Why a recipe test's two sides may differ by machine as well as by recipe (None when they do
+    not, or the runs record no machine): a matched seed that ran on different machines, or seeds of
+    one side on a machine none of the other side's ran on. The test does not model the machine."""
+    if any(r.machine is None for r in (*mine, *base)):
+        return None
+    a = {r.seed: r.machine for r in mine}
+    b = {r.seed: r.machine for r in base}
+    system, baseline = mine[0].system, base[0].system
+    matched = sorted(s for s in set(a) & set(b) if s is not None)
+    if len(matched) >= 2:  # the test pairs the matched seeds and uses only those (`recipe_test`)
+        crossed = [s for s in matched if a[s] != b[s]]
+        return f"seed(s) {', '.join(map(str, crossed))} of {system} and {baseline} ran on different machines" if crossed else None
+    only = sorted(set(a.values()) - set(b.values())), sorted(set(b.values()) - set(a.values()))
+    for side, (name, machines) in enumerate(((system, only[0]), (baseline, only[1]))):
+        if machines:
+            runs = mine if side == 0 else base
+            seeds = sorted(str(r.seed) for r in runs if r.machine in machines)
+            return (f"{name}'s seed(s) {', '.join(seeds)} ran on {'; '.join(machines)}, where none of "
+                    f"{baseline if side == 0 else system}'s runs did")
+    return None
+
+
 def outcomes(runs: Sequence[RunResult], metric: str) -> Outcomes | None:
     """Per-question outcomes averaged over the runs, when every run wrote them."""
     if not runs or any(r.per_query is None for r in runs):
@@ -264,6 +288,11 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
                     raise ValueError(f"{system!r} and the baseline {settings.baseline!r} on {dataset}: {e}") from None
                 out.methods.add(cell.p_method)
                 pending.append((system, dataset, metric))
+                if cell.recipe is not None:
+                    unlike = machines_unlike(mine, base_runs)
+                    if unlike and unlike not in out.machine_notes:
+                        out.machine_notes.append(unlike)
+                        log.warning("%s against %s: %s", system, settings.baseline, unlike)
     adjusted = holm([out.cells[key].p for key in pending])
     for key, p in zip(pending, adjusted):
         out.cells[key].p_holm = p
@@ -372,4 +401,7 @@ def note(comparison: Comparison) -> list[str]:
                          "not of their recipes.")
         else:
             parts.append(f"No comparison with **{s.baseline}**: the runs wrote no per-query outcomes (per_query.jsonl).")
+    if comparison.machine_notes:
+        parts.append("**Machines differ** (the recipe test does not model the machine, so these differences are also differences "
+                     "of machine): " + "; ".join(comparison.machine_notes) + ".")
     return parts

@@ -44,6 +44,7 @@ class RunResult:
     per_query: list[dict] | None = None  # the evaluation's per-question outcomes (taser.evaluation.per_query), when written
     reference: dict[str, float] = field(default_factory=dict)  # a table row's figures from its paper ({"top20": 78.4}; scripts/experiment.py)
     report_ks: list[int] | None = None  # the top-k columns its table reports (scripts/experiment.py), when it belongs to one
+    machine: str | None = None  # the CPU kind and precision results.json records (`hardware`), for the report's machine check
     outcomes_cache: dict = field(default_factory=dict, repr=False, compare=False)  # metric -> its per-question outcomes (comparison.run_outcomes)
 
 
@@ -123,10 +124,21 @@ def read_run(path: str | os.PathLike) -> RunResult:
     if report_ks is not None and (not isinstance(report_ks, list) or not all(isinstance(k, int) and k >= 1 for k in report_ks)):
         raise DataFormatError(path, "field 'report_ks'", f"expected a list of integers >= 1, got {report_ks!r}")
     run.report_ks = report_ks
+    run.machine = machine_of(results)
     per_query = path.parent / str(results.get("per_query_file") or PER_QUERY_FILE)
     if per_query.is_file():
         run.per_query = read_per_query(per_query)
     return run
+
+
+def machine_of(results: dict) -> str | None:
+    """What results.json says the run ran on, as one comparable string: CPU model, capability,
+    native bf16, device and precision (None when it records no hardware)."""
+    h = results.get("hardware")
+    if not isinstance(h, dict) or not h:
+        return None
+    bf16 = "native bf16" if h.get("cpu_native_bf16") else "no native bf16"
+    return f"{h.get('cpu')} ({h.get('cpu_capability')}, {bf16}), {h.get('device', 'cpu')}, {results.get('precision')}"
 
 
 def find_results(paths: Iterable[str | os.PathLike]) -> list[Path]:
