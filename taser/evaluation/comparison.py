@@ -208,18 +208,15 @@ def machines_unlike(mine: Sequence[RunResult], base: Sequence[RunResult]) -> str
         return None
     a = {r.seed: r.machine for r in mine}
     b = {r.seed: r.machine for r in base}
-    system, baseline = mine[0].system, base[0].system
     matched = sorted(s for s in set(a) & set(b) if s is not None)
     if len(matched) >= 2:  # the test pairs the matched seeds and uses only those (`recipe_test`)
         crossed = [s for s in matched if a[s] != b[s]]
-        return f"seed(s) {', '.join(map(str, crossed))} of {system} and {baseline} ran on different machines" if crossed else None
-    only = sorted(set(a.values()) - set(b.values())), sorted(set(b.values()) - set(a.values()))
-    for side, (name, machines) in enumerate(((system, only[0]), (baseline, only[1]))):
-        if machines:
-            runs = mine if side == 0 else base
-            seeds = sorted(str(r.seed) for r in runs if r.machine in machines)
-            return (f"{name}'s seed(s) {', '.join(seeds)} ran on {'; '.join(machines)}, where none of "
-                    f"{baseline if side == 0 else system}'s runs did")
+        return f"seed(s) {', '.join(map(str, crossed))} of {mine[0].system} and {base[0].system} ran on different machines" if crossed else None
+    for runs, others in ((mine, base), (base, mine)):
+        elsewhere = sorted({r.machine for r in runs} - {r.machine for r in others})
+        if elsewhere:
+            seeds = sorted(str(r.seed) for r in runs if r.machine in elsewhere)
+            return f"{runs[0].system}'s seed(s) {', '.join(seeds)} ran on {'; '.join(elsewhere)}, where none of {others[0].system}'s runs did"
     return None
 
 
