@@ -346,3 +346,12 @@ def test_a_run_reads_the_machine_its_results_record(tmp_path):
     assert read_run(path).machine == "AMD EPYC (AVX512, native bf16), cpu, fp32"
     path.write_text(json.dumps({**results, "hardware": hardware, "precision": "bf16"}))
     assert read_run(path).machine == "AMD EPYC (AVX512, native bf16), cpu, bf16"
+    gpu = {"cpu": "Intel Xeon", "cpu_capability": "AVX2", "cpu_native_bf16": False, "device": "cuda"}
+    path.write_text(json.dumps({**results, "hardware": gpu, "precision": "bf16"}))
+    assert read_run(path).machine == "Intel Xeon (AVX2, no native bf16), cuda, bf16"
+    older = {k: v for k, v in gpu.items() if k != "device"}  # records written before the device was
+    path.write_text(json.dumps({**results, "hardware": older, "precision": "fp32"}))
+    assert read_run(path).machine == "Intel Xeon (AVX2, no native bf16), cpu, fp32"
+    for nothing in ({}, "AMD EPYC"):
+        path.write_text(json.dumps({**results, "hardware": nothing, "precision": "fp32"}))
+        assert read_run(path).machine is None
