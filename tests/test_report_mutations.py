@@ -382,3 +382,35 @@ def test_a_recipe_test_whose_sides_ran_on_different_machines_says_so(caplog):
     assert comparison.machine_notes == ["A's seed(s) 3 ran on Y, where none of Z's runs did"]
     assert "A's seed(s) 3 ran on Y" in caplog.text
     assert "**Machines differ**" in report_markdown([*a, *fixed], {}, ks=(1,), comparison=comparison)
+
+
+def test_a_recipe_test_over_seeds_of_two_machines_carries_the_difference_machine_by_machine():
+    """Would catch the split taking the machines of one side only, pairing seeds by position, losing
+    the sign where the seedless system is the one compared, or the report leaving the table out: A and
+    B at seeds 1-5, seeds 1-3 on X and 4-5 on Y (each seed's two runs on one machine); A - B at top-1 is
+    +10, +20, +30 on X and +40, +40 on Y: Δ +20 and +40, F = 480 / (200 / 3) = 7.2 on (1, 3) df."""
+    from scipy.stats import f as f_dist
+
+    from taser.evaluation.difference_tables import machine_table
+
+    machines = ["X", "X", "X", "Y", "Y"]
+    a = [_on(_run("A", _hits(set(IDS[:h])), seed=s), m) for s, m, h in zip((1, 2, 3, 4, 5), machines, (6, 7, 8, 9, 9))]
+    b = [_on(_run("B", _hits(set(IDS[:5])), seed=s), m) for s, m in zip((5, 4, 3, 2, 1), machines[::-1])]  # listed in another order
+    comparison = compare([*a, *b], [("D", "top-1")], StatsSettings(baseline="B", bootstrap=False))
+    split = comparison.cells[("A", "D", "top-1")].recipe.by_machine
+    assert [(m, round(d, 9), s) for m, d, s in split.deltas] == [("X", 20.0, (1, 2, 3)), ("Y", 40.0, (4, 5))]
+    assert split.df == (1, 3) and split.f == pytest.approx(7.2) and split.p == pytest.approx(f_dist.sf(7.2, 1, 3))
+    table = machine_table([*a, *b], comparison, ks=(1,))
+    assert _rows(table)["A"] == [f"A +20.0 (1, 2, 3) · B +40.0 (4, 5); p={split.p:.2g}"] and "Machines: A: X; B: Y." in table
+    assert "## Against B, machine by machine" in report_markdown([*a, *b], {}, ks=(1,), comparison=comparison)
+    b[3].machine = "Y"  # seed 2's two runs apart: no split (`machines_unlike` names the seed instead)
+    apart = compare([*a, *b], [("D", "top-1")], StatsSettings(baseline="B", bootstrap=False))
+    assert apart.cells[("A", "D", "top-1")].recipe.by_machine is None and apart.machine_notes == ["seed(s) 2 of A and B ran on different machines"]
+    fixed = [_on(_run("Z", _hits(set(IDS[:5]))), "X")]
+    against_z = compare([*a, *fixed], [("D", "top-1")], StatsSettings(baseline="Z", bootstrap=False)).cells[("A", "D", "top-1")].recipe.by_machine
+    assert [(m, round(d, 9)) for m, d, _ in against_z.deltas] == [("X", 20.0), ("Y", 40.0)] and against_z.p == pytest.approx(split.p)
+    turned = compare([*a, *fixed], [("D", "top-1")], StatsSettings(baseline="A", bootstrap=False)).cells[("Z", "D", "top-1")].recipe.by_machine
+    assert [(m, round(d, 9)) for m, d, _ in turned.deltas] == [("X", -20.0), ("Y", -40.0)]
+    one_machine = [_on(r, "X") for r in a]
+    assert compare([*one_machine, *fixed], [("D", "top-1")], StatsSettings(baseline="Z", bootstrap=False)).cells[("A", "D", "top-1")].recipe.by_machine is None
+    assert machine_table([*one_machine, *fixed], compare([*one_machine, *fixed], [("D", "top-1")], StatsSettings(baseline="Z", bootstrap=False)), ks=(1,)) == ""

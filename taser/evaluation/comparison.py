@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taser.evaluation.recipes import RecipeTest, against_fixed, paired_by_seed, two_level_interval, unpaired
+from taser.evaluation.recipes import MachineSplit, RecipeTest, against_fixed, machine_split, paired_by_seed, two_level_interval, unpaired
 from taser.evaluation.runs import RunResult
 from taser.evaluation.seeds import Outcomes, Spread, mean_outcomes, over_seeds
 from taser.evaluation.significance import DEFAULT_RESAMPLES, bootstrap_interval, holm, sign_flip_test
@@ -184,6 +184,12 @@ def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: st
             test = against_fixed(b[1], a[1][0], weights)
             test.delta, test.design, test.seeds = -test.delta, "unpaired, a seedless system against the recipe", (1, b[1].shape[0])
         test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
+        recipe_runs, seeds, sign = (mine, a[0], 1.0) if b[0] == [None] else (base, b[0], -1.0)
+        machines = machines_of(seeds, recipe_runs)
+        if machines is not None:
+            table, fixed = (a[1], b[1][0]) if sign > 0 else (b[1], a[1][0])
+            split = machine_split(table, fixed, machines, seeds, weights)
+            test.by_machine = MachineSplit(tuple((m, sign * d, s) for m, d, s in split.deltas), split.f, split.df, split.p)
         return test
     (seeds_a, table_a, _), (seeds_b, table_b, _) = a, b
     matched = sorted(set(seeds_a) & set(seeds_b))
@@ -192,12 +198,23 @@ def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: st
         rows_b = table_b[[seeds_b.index(s) for s in matched]]
         test = paired_by_seed(rows_a, rows_b, weights, matched)
         paired = True
+        machines, theirs = machines_of(matched, mine), machines_of(matched, base)
+        if machines is not None and machines == theirs:  # a seed whose two runs ran apart: `machines_unlike` says so
+            test.by_machine = machine_split(rows_a, rows_b, machines, matched, weights)
     else:
         rows_a, rows_b = table_a, table_b
         test = unpaired(rows_a, rows_b, weights)
         paired = False
     test.interval = two_level_interval(rows_a, rows_b, weights, settings.confidence, settings.resamples, settings.seed, paired=paired)
     return test
+
+
+def machines_of(seeds: Sequence, runs: Sequence[RunResult]) -> list[str] | None:
+    """The machine each of `seeds` ran on among `runs`, when they record one and span two or more
+    (None otherwise: nothing to split by)."""
+    where = {r.seed: r.machine for r in runs}
+    machines = [where.get(seed) for seed in seeds]
+    return machines if None not in machines and len(set(machines)) >= 2 else None
 
 
 def machines_unlike(mine: Sequence[RunResult], base: Sequence[RunResult]) -> str | None:
@@ -401,4 +418,7 @@ def note(comparison: Comparison) -> list[str]:
     if comparison.machine_notes:
         parts.append("**Machines differ** (the recipe test does not model the machine, so these differences are also differences "
                      "of machine): " + "; ".join(comparison.machine_notes) + ".")
+    if any(c.recipe is not None and c.recipe.by_machine for c in comparison.cells.values()):
+        parts.append("Some recipe tests rest on seeds that ran on different machines (each seed's two runs on one): their difference "
+                     "machine by machine, and the test of whether it changes with the machine, are in the table \"machine by machine\".")
     return parts

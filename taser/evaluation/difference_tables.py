@@ -169,6 +169,40 @@ def seed_by_seed_table(runs: Sequence[RunResult], comparison: Comparison, ks: Se
             "over n seeds: 0.5 over 2, 0.25 over 3).\n")
 
 
+def machine_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequence[int | str] = (20, 100),
+                  beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
+    """Each recipe test whose seeds ran on more than one machine, machine by machine: the difference
+    over each machine's seeds and the test of the machine x recipe interaction (`machine_split`);
+    machines named by letter under the table ("" when every test ran on one machine)."""
+    columns = _columns(runs, ks, beir_metrics)
+    splits = {key: cell.recipe.by_machine for key, cell in comparison.cells.items() if cell.recipe is not None and cell.recipe.by_machine}
+    if not splits:
+        return ""
+    letters: dict[str, str] = {}
+    for split in splits.values():
+        for machine, _, _ in split.deltas:
+            letters.setdefault(machine, chr(ord("A") + len(letters)))
+
+    def cell(split, metric: str) -> str:
+        if split is None:
+            return "–"
+        parts = " · ".join(f"{letters[m]} {_signed(d, metric)} ({', '.join(map(str, seeds))})" for m, d, seeds in split.deltas)
+        return parts + ("; no test (one seed per machine)" if split.p is None else f"; p={split.p:.2g}")
+
+    head = ["system", *(f"Δ {c[2]}" for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in _in_order(r.system for r in runs):
+        found = [splits.get((system, d, m)) for d, m, _ in columns]
+        if any(found):
+            lines.append("| " + " | ".join([system, *(cell(f, m) for f, (_, m, _) in zip(found, columns))]) + " |")
+    legend = "; ".join(f"{letter}: {machine}" for machine, letter in letters.items())
+    return ("\n".join(lines) + f"\n\nEach cell, `machine Δ (seeds)`: the recipe test's difference from {comparison.settings.baseline} over the "
+            "seeds that ran on that machine (both systems' runs of a seed on one machine), and p: whether the difference changes "
+            "with the machine more than with the seed (the machine x recipe interaction: a one-way analysis of variance of the "
+            "seeds' mean differences by machine, F on (machines − 1, seeds − machines) df; uncorrected, and with few seeds per "
+            f"machine it sees only large changes). Machines: {legend}.\n")
+
+
 def seed_checks_markdown(runs: Sequence[RunResult], settings: StatsSettings | None = None, ks: Sequence[int | str] = (20, 100),
                          beir_metrics: Sequence[str] = ("nDCG@10",)) -> str:
     """"## Seed against seed": every two seeds of each system under the paired test over questions

@@ -27,7 +27,9 @@ over its own seeds, plus the questions'.
 The interval is a two-level bootstrap (seeds with replacement, then questions with replacement;
 paired: the same seeds and questions for both systems), and `detectable` gives the smallest
 difference the design detects at the given power, and `seeds_needed` how many matched seeds a
-given difference needs at the observed variance components.
+given difference needs at the observed variance components. Where a test's seeds ran on more than one
+machine, `machine_split` gives the difference on each and tests the machine x recipe interaction
+(whether the difference changes with the machine more than seeds alone make it).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class RecipeTest:
     components: Components | None = None  # paired only
     interval: tuple[float, float] | None = None
     extra: dict = field(default_factory=dict)
+    by_machine: MachineSplit | None = None  # where the seeds ran on more than one machine (`machine_split`)
 
     @property
     def seed_count(self) -> int:
@@ -194,6 +197,52 @@ def unpaired(a: np.ndarray, b: np.ndarray, weights: Sequence[float] | None = Non
     se = float(np.sqrt(variance))
     p = float(2 * t.sf(abs(delta) / se, df)) if se > 0 else (1.0 if delta == 0 else 0.0)
     return RecipeTest(delta, se, float(df), min(1.0, p), "unpaired", (a.shape[0], b.shape[0]))
+
+
+@dataclass(frozen=True)
+class MachineSplit:
+    """A recipe difference machine by machine: the seeds of a recipe test that ran on different
+    machines (CPU kind, precision: `RunResult.machine`), and the test of the machine x recipe interaction."""
+
+    deltas: tuple[tuple[str, float, tuple], ...]  # (machine, Δ over its seeds, its seeds), machines in their first seed's order
+    f: float | None
+    df: tuple[int, int]  # (machines - 1, seeds - machines)
+    p: float | None  # None where no machine ran two seeds: nothing to measure the seeds' own spread against
+
+
+def machine_split(a: np.ndarray, b: np.ndarray, machines: Sequence[str], seeds: Sequence, weights: Sequence[float] | None = None) -> MachineSplit:
+    """The difference a - b (S x Q tables paired by seed; b may be a seedless system's outcomes
+    repeated) on each machine, and whether it differs between machines beyond what seeds do.
+
+    Each seed's mean difference D_s = mean_i d_si carries the question effects of the crossed model
+    (`paired_by_seed`) for every seed alike, so between seeds D_s = delta + u_s + mean_i e_si varies by
+    the recipe x seed effect and the residual only: iid across seeds when the machine does not change
+    the difference. A one-way ANOVA of D_s by machine then gives F = MS_between / MS_within on
+    (M - 1, S - M) df, exact under normality; the seeds within a machine are the test's only measure of
+    the seeds' spread, so with one seed per machine there is no test (p None)."""
+    from scipy.stats import f as f_dist
+
+    a = np.asarray(a, dtype=float)
+    b = np.broadcast_to(np.asarray(b, dtype=float), a.shape)
+    if a.ndim != 2 or len(machines) != a.shape[0] or len(seeds) != a.shape[0]:
+        raise ValueError(f"a machine split needs an S x Q table and one machine and seed per row, got {a.shape}, "
+                         f"{len(machines)} machines and {len(seeds)} seeds")
+    q = a.shape[1]
+    per_seed = ((a - b) * (_weights(q, weights) * q)[None, :]).mean(axis=1)
+    order = list(dict.fromkeys(machines))
+    groups = [np.array([m == machine for m in machines]) for machine in order]
+    deltas = tuple((machine, float(per_seed[g].mean()), tuple(s for s, keep in zip(seeds, g) if keep)) for machine, g in zip(order, groups))
+    s, m = len(per_seed), len(order)
+    df = (m - 1, s - m)
+    if m < 2 or s - m < 1:
+        return MachineSplit(deltas, None, df, None)
+    grand = per_seed.mean()
+    between = sum(g.sum() * (per_seed[g].mean() - grand) ** 2 for g in groups) / (m - 1)
+    within = sum(float(np.sum((per_seed[g] - per_seed[g].mean()) ** 2)) for g in groups) / (s - m)
+    if within == 0:
+        return MachineSplit(deltas, None, df, 0.0 if between > 0 else 1.0)
+    f = float(between / within)
+    return MachineSplit(deltas, f, df, float(f_dist.sf(f, *df)))
 
 
 def two_level_interval(a: np.ndarray, b: np.ndarray | None, weights=None, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0,

@@ -25,6 +25,7 @@ from taser.evaluation.curves import plot_curves, plot_file_name
 from taser.evaluation.difference_tables import (
     detectable_table,
     differences_table,
+    machine_table,
     reference_table,
     seed_by_seed_table,
     seed_checks_markdown,
@@ -45,7 +46,7 @@ from taser.evaluation.table_format import SIGNIFICANT, _columns, _fmt_params, _i
 from taser.io import atomic_open
 
 __all__ = ["BEIR_METRICS", "RESULTS_FILE", "TASKS", "RunResult", "StatsSettings", "check_beir_metrics", "differences_table", "find_results",
-           "markdown_table", "plot_curves", "plot_file_name", "read_run", "read_runs", "reference_table", "relations_table", "report_markdown",
+           "machine_table", "markdown_table", "plot_curves", "plot_file_name", "read_run", "read_runs", "reference_table", "relations_table", "report_markdown",
            "seed_by_seed_table", "seed_checks_markdown", "system_name", "table_stats", "write_report"]
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,9 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
     by_seed = seed_by_seed_table(runs, comparison, ks, beir_metrics)
     if by_seed:
         text += f"\n## Against {comparison.settings.baseline}, seed by seed\n\n" + by_seed
+    by_machine = machine_table(runs, comparison, ks, beir_metrics)
+    if by_machine:
+        text += f"\n## Against {comparison.settings.baseline}, machine by machine\n\n" + by_machine
     if seed_checks:
         checks = seed_checks_markdown(runs, comparison.settings, ks, beir_metrics)
         if checks:
