@@ -158,3 +158,12 @@ def test_report_only_rewrites_from_every_record(tmp_path, capsys):
     assert "written by hand" in now
     err = capsys.readouterr().err
     assert "FIGURES CHANGED" in err and f"-{dpr_line}" in err
+
+
+def test_time_by_seed_sums_each_seeds_pairs_on_its_machine():
+    """The figures the hand-written paragraph about time quotes: per (seed, machine), the pairs, their
+    summed hours and the fastest and slowest pair in minutes, seeds in order, seedless rows last."""
+    run = load_script()
+    table = run.time_by_seed({(2, "X"): [600.0, 1200.0], (1, "X"): [60.0, 3540.0, 1800.0], (None, "X"): [90.0]})
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "seed |" not in line]
+    assert rows == ["| 1 | X | 3 | 1.50 | 1.0 – 59.0 |", "| 2 | X | 2 | 0.50 | 10.0 – 20.0 |", "| – | X | 1 | 0.03 | 1.5 – 1.5 |"]

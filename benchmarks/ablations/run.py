@@ -273,17 +273,20 @@ def write_results(args) -> str:
     from taser.evaluation.comparison import StatsSettings
     from taser.evaluation.curves import plot_curves, plot_file_name
     from taser.evaluation.report import read_runs, report_markdown, seed_checks_markdown, tables_against
+    from taser.evaluation.runs import machine_of
 
     done = report_pairs(args)
     if not done:
         return ""
     runs = read_runs([record_dir(args, row, seed) / "results.json" for row, seed in done])
     plot = plot_curves(runs, DATASET, args.results.parent / plot_file_name(DATASET))
-    times = {}
+    times, by_seed = {}, {}
     for row, seed in done:
         recorded = record_dir(args, row, seed) / "times.json"
         if recorded.is_file():
             times.setdefault(row.name, []).append(json.loads(recorded.read_text()))
+            machine = machine_of(json.loads((record_dir(args, row, seed) / "results.json").read_text())) or "not recorded"
+            by_seed.setdefault((seed, machine), []).append(sum(times[row.name][-1].values()))
     total = sum(sum(t.values()) for per_row in times.values() for t in per_row)
     # a pair slowed by another job on the machine inflates the sum; each row's median pair, times its pairs, does not
     typical = sum(statistics.median(sum(t.values()) for t in per_row) * len(per_row) for per_row in times.values())
@@ -316,6 +319,7 @@ def write_results(args) -> str:
         text.append("## Time per row (median over seeds, s)\n\n| row | " + " | ".join(["train", "evaluate", "mine"]) + " |\n|---|---|---|---|\n"
                     + "".join(f"| {name} | " + " | ".join(_median_of(per_row, k) for k in ("train", "evaluate", "mine")) + " |\n"
                               for name, per_row in times.items()))
+        text.append(time_by_seed(by_seed))
     body = "\n".join(text)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     old = args.results.read_text() if args.results.is_file() else None
@@ -323,6 +327,17 @@ def write_results(args) -> str:
     if old is not None:
         warn_changes(args.results, old, args.results.read_text())
     return body
+
+
+def time_by_seed(by_seed: dict) -> str:
+    """Each (seed, machine): its recorded pairs, their summed time and the fastest and slowest pair,
+    the figures a hand-written paragraph about time quotes."""
+    lines = ["| seed | machine | pairs | summed (h) | fastest – slowest pair (min) |", "|---|---|---|---|---|"]
+    for (seed, machine), seconds in sorted(by_seed.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0, item[0][1])):
+        lines.append(f"| {'–' if seed is None else seed} | {machine} | {len(seconds)} | {sum(seconds) / 3600:.2f} | "
+                     f"{min(seconds) / 60:.1f} – {max(seconds) / 60:.1f} |")
+    return ("### Time by seed and machine\n\n" + "\n".join(lines) + "\n\nEach (row, seed) pair's recorded time (training, evaluation, "
+            "mining: `times.json`), summed per seed; a pair that ran beside other jobs, or was paused, counts as recorded.\n")
 
 
 def _median_of(records: list[dict], key: str) -> str:
