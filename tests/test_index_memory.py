@@ -113,3 +113,43 @@ def test_freed_memory_is_handed_back_on_glibc():
     import platform
 
     assert release_freed_memory() is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+
+
+def test_a_pre_transformed_flat_index_reserves_its_inner_storage():
+    index = faiss.index_factory(DIM, "L2norm,Flat", faiss.METRIC_INNER_PRODUCT)
+    reserve(index, 300)
+    inner = faiss.downcast_index(faiss.downcast_index(index).index)
+    before = address(inner.codes)
+    index.add(vectors(300, seed=7))
+    assert before and address(inner.codes) == before
+
+
+def test_list_assignments_take_vectors_of_any_float_type():
+    index, x = ivf_index(False), vectors(50, seed=8)
+    assert np.array_equal(list_assignments(index, x.astype(np.float64)), list_assignments(index, x))
+
+
+def test_an_index_without_a_reservation_is_named_in_the_warning(caplog):
+    with caplog.at_level("WARNING"):
+        reserve(faiss.IndexIDMap(faiss.IndexFlatIP(DIM)), 100)
+        reserve(ivf_index(False), 100)
+    assert caplog.messages == ["no reservation for a IndexIDMap index: it grows as vectors are added",
+                               "no list sizes given: the inverted lists of IndexIVFFlat grow as vectors are added"]
+
+
+def test_freed_memory_is_not_handed_back_off_glibc_or_without_malloc_trim(monkeypatch):
+    import ctypes
+    import platform
+
+    monkeypatch.setattr(platform, "libc_ver", lambda *a, **k: ("musl", "1.2"))
+    assert release_freed_memory() is False
+    monkeypatch.undo()
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    assert release_freed_memory() is False
+    monkeypatch.undo()
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert release_freed_memory() is False
