@@ -184,11 +184,10 @@ def recipe_test(mine: Sequence[RunResult], base: Sequence[RunResult], metric: st
             test = against_fixed(b[1], a[1][0], weights)
             test.delta, test.design, test.seeds = -test.delta, "unpaired, a seedless system against the recipe", (1, b[1].shape[0])
         test.interval = two_level_interval(a[1], b[1], weights, settings.confidence, settings.resamples, settings.seed, paired=False)
-        recipe_runs, seeds, sign = (mine, a[0], 1.0) if b[0] == [None] else (base, b[0], -1.0)
-        machines = machines_of(seeds, recipe_runs)
-        if machines is not None:
-            table, fixed = (a[1], b[1][0]) if sign > 0 else (b[1], a[1][0])
-            split = machine_split(table, fixed, machines, seeds, weights)
+        recipe, fixed, runs, sign = (a, b, mine, 1.0) if b[0] == [None] else (b, a, base, -1.0)
+        machines = machines_of(recipe[0], runs)
+        if machines is not None:  # the recipe's seeds against the fixed reference, signed as the test is
+            split = machine_split(recipe[1], fixed[1][0], machines, recipe[0], weights)
             test.by_machine = MachineSplit(tuple((m, sign * d, s) for m, d, s in split.deltas), split.f, split.df, split.p)
         return test
     (seeds_a, table_a, _), (seeds_b, table_b, _) = a, b
