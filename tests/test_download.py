@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from taser.data.resources import Resource
-from taser.pipeline.download import PART, ChecksumMismatch, RecordedChecksums, fetch
+from taser.pipeline.download import PART, ChecksumMismatch, RecordedChecksums, ResumingDownloader, fetch
 
 PAYLOAD = b"".join(f"{i}\t{hashlib.sha1(str(i).encode()).hexdigest()} passage {i}\tTitle {i % 7}\n".encode() for i in range(20_000))  # ~1.3 MB
 
@@ -44,6 +44,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         cut = self.cut_after.pop(self.path, None)
         self.wfile.write(body[start:cut] if cut is not None else body[start:])
+
+    def do_HEAD(self):  # noqa: N802
+        moved = self.path.startswith("/moved")  # /moved/<path>: a redirect to <path>
+        if moved or self.path in self.files:
+            self.send_response(302 if moved else 200)
+            if moved:
+                self.send_header("Location", self.path.removeprefix("/moved"))
+            self.end_headers()
+        else:
+            self.send_error(404)
 
     def log_message(self, *args):
         pass
@@ -224,3 +234,32 @@ def test_a_part_larger_than_the_servers_file_is_downloaded_again(server, tmp_pat
     assert not part.exists()
     if not published:
         assert RecordedChecksums(tmp_path).get(res) == sha256(body)
+
+
+def test_pooch_s_availability_check_follows_redirects_to_the_file(server, tmp_path):
+    """Would catch the HEAD request asked of another URL or not following redirects: a file that is
+    there (directly or behind a redirect) is available; one behind a redirect to nothing is not."""
+    url, handler = server
+    handler.files["/a.tsv"] = b"x"
+    check = ResumingDownloader(show_progress=False)
+    assert check(f"{url}/a.tsv", tmp_path / "a.tsv", check_only=True) is True
+    assert check(f"{url}/moved/a.tsv", tmp_path / "a.tsv", check_only=True) is True
+    assert check(f"{url}/moved/missing.tsv", tmp_path / "m.tsv", check_only=True) is False
+    assert check(f"{url}/missing.tsv", tmp_path / "m.tsv", check_only=True) is False
+    assert not list(tmp_path.iterdir())  # a check downloads nothing
+
+
+def test_two_downloads_recording_checksums_at_once_keep_both(tmp_path):
+    """Would catch a ledger written from what it read at its start: two downloads that read an empty
+    ledger and record one after the other both stay recorded, and a recorded URL that changed is
+    not taken as the new one's checksum."""
+    first, second = RecordedChecksums(tmp_path), RecordedChecksums(tmp_path)
+    a, b = Resource("a", "http://h/a.tsv", ".tsv"), Resource("b", "http://h/b.tsv", ".tsv")
+    first.record(a, "1" * 64)
+    second.record(b, "2" * 64)
+    assert json.loads((tmp_path / "checksums.json").read_text()) == {"a": {"url": a.url, "sha256": "1" * 64},
+                                                                     "b": {"url": b.url, "sha256": "2" * 64}}
+    ledger = RecordedChecksums(tmp_path)
+    assert ledger.get(a) == "1" * 64 and ledger.get(Resource("a", "http://h/a2.tsv", ".tsv")) is None
+    first.record(a, "3" * 64)  # first's own entry is the newer one; b's is kept from the file
+    assert RecordedChecksums(tmp_path).values == {"a": {"url": a.url, "sha256": "3" * 64}, "b": {"url": b.url, "sha256": "2" * 64}}
