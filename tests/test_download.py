@@ -102,16 +102,25 @@ def test_a_wrong_checksum_is_refused_and_the_file_removed(server, tmp_path):
     assert not any(p.is_file() for p in tmp_path.rglob("*"))  # no file left, partial or whole
 
 
-def test_an_unpublished_checksum_is_recorded_then_checked(server, tmp_path):
+def test_an_unpublished_checksum_is_recorded_then_checked(server, tmp_path, caplog):
     base, handler = server
     handler.files["/train.json"] = first = json.dumps([{"question": "q"}]).encode()
     res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json")
-    path = fetch(res, tmp_path, show_progress=False)
-    assert path.read_bytes() == first and RecordedChecksums(tmp_path).get(res) == sha256(first)
+    with caplog.at_level("INFO", logger="taser.pipeline.download"):
+        path = fetch(res, tmp_path, show_progress=False)
+        assert path.read_bytes() == first and RecordedChecksums(tmp_path).get(res) == sha256(first)
+        assert fetch(res, tmp_path, show_progress=False) == path  # present: not fetched again
+    ledger = tmp_path / "checksums.json"
+    assert [r.getMessage() for r in caplog.records if r.name == "taser.pipeline.download"] == [
+        f"{res.name}: SHA-256 {sha256(first)} recorded in {ledger} (checked at every later download)",
+        f"{res.name}: {path}", f"{res.name}: present at {path}"]  # what was recorded where, and what was found
     path.unlink()
     handler.files["/train.json"] = b"[]"  # the publisher's file changed under the same address
-    with pytest.raises(ChecksumMismatch, match="recorded at its first download"):
+    with pytest.raises(ChecksumMismatch) as refused:
         fetch(res, tmp_path, show_progress=False)
+    assert str(refused.value) == (f"{res.name}: the file downloaded from {res.url} does not have the SHA-256 recorded at its first download in "
+                                  f"{ledger} ({sha256(first)}); it was removed. If the publisher changed the file on purpose, remove its "
+                                  f"entry from {ledger} and download it again")
     assert not path.exists()
 
 
