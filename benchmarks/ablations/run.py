@@ -83,7 +83,8 @@ def _preset_rows() -> list[Row]:
     import yaml
 
     rows = yaml.safe_load((ROOT / "configs" / "table" / f"{PRESET}.yaml").read_text())["table"]["rows"]
-    return [Row(key, row["name"], row.get("kind", "trained") in ("trained", "hybrid")) for key, row in rows.items()]
+    return [Row(key, row["name"], row.get("kind", "trained") in ("trained", "hybrid")) for key, row in rows.items()
+            if row.get("kind") != "reader"]  # the reader rows are benchmarks/reader/'s
 
 
 ROWS = _preset_rows()

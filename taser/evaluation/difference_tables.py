@@ -250,14 +250,31 @@ def reference_table(runs: Sequence[RunResult]) -> str:
         if not reference and any_reference:
             rows.append(f"| {system} | {mine[0].dataset} | – | not reported | – ({len(mine)} run(s)) | – |")
         for name, paper in reference.items():
-            k = name.removeprefix("top")
-            reached = [r.top_k[k] for r in mine if k in r.top_k]
+            metric, reached = _reached(name, mine)
             here = sum(reached) / len(reached) if reached else None
             delta = f"{here - paper:+.1f}" if here is not None else "–"
-            rows.append(f"| {system} | {mine[0].dataset} | top-{k} | {paper:.1f} | {_fmt(here)} ({len(reached)} run(s)) | {delta} |")
+            rows.append(f"| {system} | {mine[0].dataset} | {metric} | {paper:.1f} | {_fmt(here)} ({len(reached)} run(s)) | {delta} |")
     if not rows:
         return ""
     return "| system | dataset | metric | paper | here, mean | here − paper |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def _reached(name: str, runs: Sequence[RunResult]) -> tuple[str, list[float]]:
+    """A reference figure's metric as the table names it, and each run's value of it: `top20` (top-k
+    accuracy), `EM@10` (a reader's exact match reading the first 10 passages), or `EM` (a paper's
+    end-to-end figure whose k is not given: the largest k each run read)."""
+    if name == "EM":
+        values, ks = [], set()
+        for r in runs:
+            read = [int(m.removeprefix("EM@")) for m in r.metrics if m.startswith("EM@")]
+            if read:
+                ks.add(max(read))
+                values.append(r.metrics[f"EM@{max(read)}"])
+        return "EM (" + ("largest k read: " + ", ".join(map(str, sorted(ks))) if ks else "no reading") + ")", values
+    if name.startswith("EM@"):
+        return name, [r.metrics[name] for r in runs if name in r.metrics]
+    k = name.removeprefix("top")
+    return f"top-{k}", [r.top_k[k] for r in runs if k in r.top_k]
 
 
 def _fmt(value: float | None) -> str:

@@ -53,7 +53,7 @@ class RowRun:
     def identity(self, path: Path) -> dict:
         """A file's identity in a key: its content (`file_identity`), or its name when only planning."""
         if self.store.planned:
-            root = Path(self.table.data.data_dir)
+            root = Path(self.table.data_of(self.table.row(self.job.row)).data_dir)
             return {"file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name}
         return file_identity(path)
 
@@ -70,7 +70,7 @@ class RowRun:
         """{passages, train_files, qa_file} and their identities (the inputs of later stages)."""
         if self._data is not None:
             return self._data
-        spec = self.table.data
+        spec = self.table.data_of(self.table.row(self.job.row))
         if spec.kind == DataKind.squad:
             squad = self.identity(Path(spec.squad_json))
             from taser.data.squad import convert_squad
@@ -105,6 +105,10 @@ class RowRun:
         self._data = {**files, "ids": {"passages": self.identity(files["passages"]), "qa": self.identity(files["qa_file"])}}
         return self._data
 
+    def match(self) -> str:
+        """How an answer is matched in a passage on this row's dataset (regex for CuratedTREC)."""
+        return self.table.data_of(self.table.row(self.job.row)).match or self.table.evaluate.match
+
     # -- BM25 ----------------------------------------------------------------------------
     def bm25(self) -> dict:
         """The table's BM25 settings with `index_dir`: the index of the passages, built once."""
@@ -129,12 +133,12 @@ class RowRun:
         from taser.pipeline.mine import mine_negatives
 
         data, ev = self.data(), self.table.evaluate
-        sources = [Path(self.table.data.data_dir) / f for f in row.train_files] if row.train_files else data["train_files"]
+        sources = [Path(self.table.data_of(row).data_dir) / f for f in row.train_files] if row.train_files else data["train_files"]
         if row.negatives == Negatives.given:
             return [str(p) for p in sources], [self.identity(p) for p in sources]
         files, ids = [], []
         for source in sources:
-            mine = {"top_n": ev.mine_top_n, "negatives": ev.mine_negatives, "match": ev.match}
+            mine = {"top_n": ev.mine_top_n, "negatives": ev.mine_negatives, "match": self.match()}
             inputs = {"train": self.identity(source), "passages": data["ids"]["passages"]}
             if row.negatives == Negatives.bm25:
                 bm25 = self.bm25()
@@ -148,7 +152,7 @@ class RowRun:
                         "precision": ev.precision, "device": ev.device}
             stage = self._run("negatives", f"negatives-{args['retriever']}", mine, inputs,
                               lambda d, s=source, a=args: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
-                                                                         num_hard_negatives=ev.mine_negatives, match=ev.match,
+                                                                         num_hard_negatives=ev.mine_negatives, match=self.match(),
                                                                          progress=self.job.progress, **a), owner=row)
             files.append(str(stage.dir / "train.json"))
             ids.append(stage.key)
@@ -232,17 +236,24 @@ class RowRun:
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, row: RowSpec, seed: int) -> Stage:
+        """The row's retrieval of the evaluation questions (its results); a reader row's: its retriever's."""
+        if row.kind == RowKind.reader:
+            return self.evaluate(self.table.rows[row.uses], seed)
+        ev, data = self.table.evaluate, self.data()
+        return self.retrieve(row, seed, "evaluate", "evaluate", data["qa_file"], data["ids"]["qa"], ev.k)
+
+    def retrieve(self, row: RowSpec, seed: int, label: str, kind: str, qa_file: Path, qa_id, k: int) -> Stage:
+        """The row's retriever on the questions of `qa_file`: its top-k of each (retrieval.json), results.json and per_query.jsonl."""
         from taser.pipeline.evaluate import evaluate_bm25, evaluate_dense, evaluate_hybrid
 
-        ev, data = self.table.evaluate, self.data()
-        common = {"qa_file": data["qa_file"], "passages_tsv": data["passages"], "k": ev.k, "match": ev.match, "dataset": self.table.data.dataset,
-                  "name": row.name}
-        settings = {"k": ev.k, "match": ev.match, "dataset": self.table.data.dataset, "name": row.name, "kind": str(row.kind)}
-        inputs = {"qa": data["ids"]["qa"], "passages": data["ids"]["passages"]}
+        ev, data, dataset = self.table.evaluate, self.data(), self.table.data_of(row).dataset
+        common = {"qa_file": qa_file, "passages_tsv": data["passages"], "k": k, "match": self.match(), "dataset": dataset, "name": row.name}
+        settings = {"k": k, "match": self.match(), "dataset": dataset, "name": row.name, "kind": str(row.kind)}
+        inputs = {"qa": qa_id, "passages": data["ids"]["passages"]}
         if row.kind == RowKind.bm25:
             bm25 = self.bm25()
             inputs["bm25"] = bm25.pop("_key")
-            return self._run("evaluate", "evaluate", settings, inputs, lambda d: evaluate_bm25(out_dir=d, bm25=bm25, **common))
+            return self._run(label, kind, settings, inputs, lambda d: evaluate_bm25(out_dir=d, bm25=bm25, **common))
         dense_row = self.table.rows[row.uses] if row.kind == RowKind.hybrid else row
         model, checkpoint = self.checkpoint(dense_row, seed)
         index = self.dense_index(dense_row, seed)
@@ -252,10 +263,77 @@ class RowRun:
             bm25 = self.bm25()
             inputs["bm25"] = bm25.pop("_key")
             settings["candidates"] = row.candidates or ev.k
-            return self._run("evaluate", "evaluate", settings, inputs,
+            return self._run(label, kind, settings, inputs,
                              lambda d: evaluate_hybrid(checkpoint, index.dir / "index", out_dir=d, bm25=bm25, candidates=settings["candidates"],
                                                        **dense, **common))
-        return self._run("evaluate", "evaluate", settings, inputs, lambda d: evaluate_dense(checkpoint, index.dir / "index", out_dir=d, **dense, **common))
+        return self._run(label, kind, settings, inputs, lambda d: evaluate_dense(checkpoint, index.dir / "index", out_dir=d, **dense, **common))
+
+    # -- the reader (DPR's Table 4) ------------------------------------------------------
+    def reader_gold(self) -> tuple[Path, dict]:
+        """The training questions' file (bi-encoder JSON: each first positive is its gold passage) and its identity."""
+        files = self.data()["train_files"]
+        if len(files) != 1:
+            raise ValueError(f"table {self.table.name}, row {self.job.row}: a reader trains on one training file of questions; the "
+                             f"table's data has {len(files)} ({', '.join(map(str, files))})")
+        return Path(files[0]), self.identity(Path(files[0]))
+
+    def train_questions(self) -> Stage:
+        """The training questions (and answers) as a QA file, for the retrievers to retrieve their passages."""
+        from taser.data.biencoder_json import BiEncoderJsonFile
+        from taser.data.qa import QAPair, write_qa
+
+        source, source_id = self.reader_gold()
+        first = self.table.reader_training.limit_train_questions
+
+        def build(d: Path) -> None:
+            from itertools import islice
+
+            records = islice(BiEncoderJsonFile(source, require_positive=False), first)
+            write_qa(d / "questions.qa.tsv", (QAPair(r["question"], list(r["answers"])) for r in records))
+
+        return self._run("training questions", "train-questions", {"first": first}, {"train": source_id}, build)
+
+    def reader_model(self) -> dict:
+        spec = self.table.reader_training
+        from taser.models.pretrained import SHIPPED_MODEL
+
+        return {"pretrained": spec.pretrained or SHIPPED_MODEL, "max_length": spec.max_length, "max_question_length": spec.max_question_length,
+                "max_answer_length": spec.max_answer_length}
+
+    def reading_reader(self) -> Stage | None:
+        """The reading-comprehension stage (gold passages alone): keyed by its data and settings only, so
+        every reader row and seed of the table shares it; None when the table trains without one."""
+        spec = self.table.reader_training
+        if spec.reading is None:
+            return None
+        gold, gold_id = self.reader_gold()
+        train = {**spec.reading, "stage": "reading"}
+        settings = {"model": self.reader_model(), "train": reader_train_key(train)}
+
+        def build(d: Path) -> None:
+            train_reader_stage(self.reader_model(), None, train, str(gold), None, self.match(), d, self.job.progress)
+
+        return self._run("reader: reading comprehension", "reader-reading", settings, {"gold": gold_id}, build)
+
+    def trained_reader(self, row: RowSpec, seed: int) -> Stage:
+        """The reader row's reader: the open-domain stage on its retriever's top passages of the training
+        questions (from the reading stage when the table has one), at the row's seed."""
+        spec, retriever = self.table.reader_training, self.table.rows[row.uses]
+        questions = self.train_questions()
+        retrieved = self.retrieve(retriever, seed, f"retrieve training questions ({retriever.name})", "retrieve-train",
+                                  questions.dir / "questions.qa.tsv", questions.key, spec.retrieve_k)
+        reading = self.reading_reader()
+        gold, gold_id = self.reader_gold()
+        train = {**spec.open_domain, "stage": "open_domain", "seed": seed, "name": row.name}
+        inputs = {"retrieval": retrieved.key, "gold": gold_id, "init": reading.key if reading else None}
+        settings = {"model": self.reader_model(), "train": reader_train_key(train)}
+
+        def build(d: Path) -> None:
+            init = str(reading.dir / "final") if reading else None
+            train_reader_stage(self.reader_model(), init, train, str(gold), str(retrieved.dir / "retrieval.json"), self.match(),
+                               d, self.job.progress)
+
+        return self._run(f"train {row.name}", "reader", settings, inputs, build, owner=row)
 
 
 def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, processes: int) -> None:
@@ -264,21 +342,63 @@ def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, 
                  out / "torchrun-spec.json", processes, "training", f"the last checkpoint in {out}")
 
 
-def read_stage(run: RowRun, evaluated: Stage) -> Stage:
-    """The table's reader on the row's retrieval (evaluate's retrieval.json)."""
+def read_stage(run: RowRun, evaluated: Stage, trained: Stage | None = None, name: str | None = None) -> Stage:
+    """A reader on the row's retrieval (evaluate's retrieval.json): the table's reader checkpoint
+    (`read.reader`), or a reader row's own `trained` reader stage."""
     from taser.pipeline.reader import read
     from taser.reader.config import ReadJob
-
-    spec, table = run.table.read, run.table
     from taser.runtime import resolve_precision
 
-    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": table.evaluate.match,
+    spec, table = run.table.read, run.table
+    checkpoint = str(trained.dir / "final") if trained else spec.reader
+    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": run.match(),
                 "precision": resolve_precision(spec.precision, spec.device)}
-    inputs = {"reader": run.identity(Path(spec.reader) / "model.safetensors"), "retrieval": evaluated.key}
-    job = lambda d: read(ReadJob(checkpoint=spec.reader, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
-                                 match=table.evaluate.match, max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
-                                 precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=table.data.dataset))
+    reader_id = trained.key if trained else run.identity(Path(spec.reader) / "model.safetensors")
+    inputs = {"reader": reader_id, "retrieval": evaluated.key}
+    if name:
+        settings["name"] = name
+    dataset = table.data_of(table.row(run.job.row)).dataset
+    job = lambda d: read(ReadJob(checkpoint=checkpoint, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
+                                 match=run.match(), max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
+                                 precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=dataset, name=name))
     return run._run("read", "read", settings, inputs, job)
+
+
+def row_stages(run: RowRun, row: RowSpec, seed: int) -> tuple[Stage, Stage | None]:
+    """Every stage of `row` at `seed`, through `run`'s store: its retrieval of the evaluation questions
+    (a reader row's: its retriever's), and its reading (a reader row's own reader, else the table's
+    `read.reader` where it names one; None: no reading)."""
+    evaluated = run.evaluate(row, seed)
+    if row.kind == RowKind.reader:
+        return evaluated, read_stage(run, evaluated, run.trained_reader(row, seed), row.name)
+    return evaluated, read_stage(run, evaluated) if run.table.read.reader else None
+
+
+def reader_train_key(train: dict) -> dict:
+    """A reader stage's training settings as its key holds them: ReaderTrainConfig's, without those that
+    leave the weights unchanged (logging, progress, resuming, the device)."""
+    from dataclasses import asdict
+
+    from taser.reader.config import ReaderTrainConfig
+
+    full = asdict(ReaderTrainConfig(**train))
+    for name in ("log_every", "save_every", "progress", "resume", "device"):
+        full.pop(name)
+    return {k: str(v) if hasattr(v, "value") else v for k, v in full.items()}
+
+
+def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool) -> None:
+    """Train a reader into the stage directory `out` (resumed from its last checkpoint after a kill)."""
+    from taser.pipeline.reader import train_reader
+    from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
+
+    settings = ReaderModelSettings(init_checkpoint=init, **model) if init else ReaderModelSettings(**model)
+    if init:
+        settings.pretrained = None
+    job = TrainReaderJob(settings, ReaderTrainConfig(**{**train, "resume": True, "progress": progress}), train_file=retrieval, gold_file=gold,
+                         match=match, output_dir=str(out))
+    train_reader(job)
+    shutil.rmtree(out / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
 
 def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None, report_ks: list[int] | None = None) -> None:
@@ -354,20 +474,21 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     table: TableSpec = job.table
     row = table.row(job.row)
     run = RowRun(job, store)
-    evaluated = run.evaluate(row, job.seed)
-    reading = read_stage(run, evaluated) if table.read.reader else None
+    evaluated, reading = row_stages(run, row, job.seed)
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     first_seed = min(table.seeds)
     writes_results = row.seeded or job.seed == first_seed
     record = {
-        "table": table.name, "row": job.row, "name": row.name, "seed": job.seed if row.seeded else None, "dataset": table.data.dataset,
+        "table": table.name, "row": job.row, "name": row.name, "seed": job.seed if row.seeded else None, "dataset": table.data_of(row).dataset,
         "reference": row.reference, "reference_source": table.reference_source, "commit": code_commit(), "machine": describe_hardware(),
         "allocation": allocation(),
         "seconds": time.perf_counter() - start, "job": asdict(job),
         "stages": stage_records(run.stages),
     }  # fmt: skip
-    if writes_results:
+    if writes_results and row.kind == RowKind.reader:  # its results are the reader's (its retriever's row reports the retrieval)
+        _publish(reading.dir, out / READER_DIR, row.reference, row_seed=job.seed, report_ks=table.report_ks)
+    elif writes_results:
         _publish(evaluated.dir, out / RETRIEVAL_DIR, row.reference, report_ks=table.report_ks)
         if reading is not None:
             _publish(reading.dir, out / READER_DIR, row_seed=job.seed if row.seeded else None)

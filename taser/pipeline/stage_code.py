@@ -41,6 +41,10 @@ CODE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "dense-index": (("taser.pipeline.evaluate",), ("taser.pipeline.rows",)),
     "evaluate": (("taser.pipeline.evaluate",), ("taser.pipeline.rows",)),
     "read": (("taser.pipeline.reader",), ("taser.pipeline.rows",)),
+    "train-questions": (("taser.data.biencoder_json", "taser.data.qa"), ("taser.pipeline.rows",)),
+    "retrieve-train": (("taser.pipeline.evaluate",), ("taser.pipeline.rows",)),
+    "reader-reading": (("taser.pipeline.reader",), ("taser.pipeline.rows",)),
+    "reader": (("taser.pipeline.reader",), ("taser.pipeline.rows",)),
 }
 
 

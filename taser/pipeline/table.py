@@ -18,6 +18,7 @@ class RowKind(Choice):
     zero_shot = "zero_shot"  # the untrained model: encode, index, evaluate
     bm25 = "bm25"  # BM25 alone
     hybrid = "hybrid"  # BM25 fused with the trained model of the row named in `uses`
+    reader = "reader"  # a reader trained on the passages of the retriever row named in `uses` (table.reader_training), reading its retrieval
 
 
 class Negatives(Choice):
@@ -49,7 +50,8 @@ class RowSpec:
     model: dict[str, Any] = field(default_factory=dict)  # over the table's model settings
     train: dict[str, Any] = field(default_factory=dict)  # over the table's training settings
     negatives: Negatives = Negatives.bm25
-    uses: str | None = None  # hybrid, negatives=dense: the row whose trained model (at the same seed) it uses
+    uses: str | None = None  # hybrid, negatives=dense: the row whose trained model (at the same seed) it uses; reader: its retriever row
+    data: dict[str, Any] = field(default_factory=dict)  # over the table's data settings (a table of several datasets: DPR's Table 4)
     train_files: list[str] | None = None  # data kind files: this row's training files (multi-set) instead of the table's
     candidates: int | None = None  # hybrid: each retriever's top-N fused (DPR fused the top-2000; None: evaluate.k)
     reference: dict[str, float | None] = field(default_factory=dict)  # the paper's figures, e.g. {"top20": 78.4}; {}: not reported
@@ -62,7 +64,7 @@ class RowSpec:
 
     @property
     def seeded(self) -> bool:
-        return self.kind in (RowKind.trained, RowKind.hybrid)
+        return self.kind in (RowKind.trained, RowKind.hybrid, RowKind.reader)
 
 
 @dataclass
@@ -78,6 +80,7 @@ class DataSpec:
     qa_file: str | None = None  # kind files: the evaluation questions (QA TSV) under data_dir
     passages: str | None = None  # kind files: the passages TSV under data_dir
     resources: list[str] = field(default_factory=list)  # what scripts/download.py fetches for this table
+    match: str | None = None  # how answers are matched on this dataset (regex: CuratedTREC); None: table.evaluate.match
 
     def __post_init__(self):
         self.kind = DataKind.parse(self.kind, "table.data.kind")
@@ -113,6 +116,35 @@ class ReadSpec:
 
 
 @dataclass
+class ReaderTrainingSpec:
+    """How a reader row's reader is trained (DPR's Table 4): an optional reading-comprehension stage on the
+    training questions' gold passages (shared by every reader row and seed of the table whose settings
+    match), then the open-domain stage on the row's retriever's top passages of the training questions
+    (the gold passage as the positive where the training file knows it), at the row's seed."""
+
+    pretrained: str | None = None  # a BERT-family encoder (None: the shipped MiniLM)
+    max_length: int = 256
+    max_question_length: int = 64
+    max_answer_length: int = 10
+    retrieve_k: int = 100  # the training questions' passages retrieved by the row's retriever (DPR: 100)
+    reading: dict[str, Any] | None = None  # ReaderTrainConfig settings of the reading-comprehension stage; None: none (DPR's recipe)
+    open_domain: dict[str, Any] = field(default_factory=dict)  # ReaderTrainConfig settings of the open-domain stage (seed: the row's)
+    limit_train_questions: int | None = None  # train on the first N training questions only (smoke runs)
+
+    def __post_init__(self):
+        for name in ("max_length", "max_question_length", "max_answer_length", "retrieve_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"table.reader_training.{name} must be >= 1, got {getattr(self, name)}")
+        if self.limit_train_questions is not None and self.limit_train_questions < 1:
+            raise ValueError(f"table.reader_training.limit_train_questions must be >= 1 or null (all), got {self.limit_train_questions}")
+        for name, settings, set_here in (("reading", self.reading or {}, {"stage", "resume", "progress"}),
+                                         ("open_domain", self.open_domain, {"stage", "seed", "resume", "progress"})):
+            if set_here & set(settings):
+                raise ValueError(f"table.reader_training.{name}: {', '.join(sorted(set_here & set(settings)))} is set by the table "
+                                 "(the open-domain stage trains at the row's seed; the reading stage's own seed is shared by every row)")
+
+
+@dataclass
 class TableSpec:
     name: str = MISSING
     title: str = MISSING
@@ -122,6 +154,7 @@ class TableSpec:
     train: dict[str, Any] = field(default_factory=dict)  # every trained row's settings (taser.training.config.TrainConfig)
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
     read: ReadSpec = field(default_factory=ReadSpec)
+    reader_training: ReaderTrainingSpec = field(default_factory=ReaderTrainingSpec)  # reader rows' readers
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # must equal the sweep's seeds (hydra.sweeper.params.seed)
     # training processes a row is documented for: with train.batch_size (per process) and grad_accumulation, the paper's global batch
     processes: int = 1
@@ -136,6 +169,8 @@ class TableSpec:
             self.evaluate = EvaluateSpec(**self.evaluate)
         if isinstance(self.read, dict):
             self.read = ReadSpec(**self.read)
+        if isinstance(self.reader_training, dict):
+            self.reader_training = ReaderTrainingSpec(**self.reader_training)
         self.rows = {key: row if isinstance(row, RowSpec) else RowSpec(**row) for key, row in self.rows.items()}
         if not self.rows:
             raise ValueError(f"table {self.name} has no rows")
@@ -148,6 +183,22 @@ class TableSpec:
                                  f"({', '.join(self.rows)}) whose trained model it uses")
             if needs_uses and self.rows[row.uses].kind != RowKind.trained:
                 raise ValueError(f"table {self.name}, row {key}: uses={row.uses} is not a trained row")
+            if row.kind == RowKind.reader:
+                retriever = self.rows.get(row.uses)
+                if retriever is None or retriever.kind == RowKind.reader:
+                    raise ValueError(f"table {self.name}, row {key}: a reader row's uses={row.uses!r} must name a retriever row of the "
+                                     f"table ({', '.join(k for k, r in self.rows.items() if r.kind != RowKind.reader)}) whose passages it reads")
+            if row.uses in self.rows and self.rows[row.uses].data != row.data:
+                raise ValueError(f"table {self.name}, row {key}: its data settings differ from those of the row it uses ({row.uses}): "
+                                 "a row uses another row's model or passages on the same dataset")
+
+    def data_of(self, row: RowSpec) -> DataSpec:
+        """The row's data: the table's, with the row's own settings over it."""
+        if not row.data:
+            return self.data
+        from dataclasses import asdict
+
+        return DataSpec(**{**asdict(self.data), **row.data})
 
     def global_batch(self, row: RowSpec | None = None) -> int:
         """Questions per optimiser step of a trained row (default: the table's settings) on the
@@ -191,6 +242,11 @@ class ExperimentJob:
             data = self.table.data
             data.limit_questions = min(data.limit_questions or SMOKE_QUESTIONS, SMOKE_QUESTIONS)
             data.limit_passages = min(data.limit_passages or SMOKE_PASSAGES, SMOKE_PASSAGES)
+            reader = self.table.reader_training
+            reader.limit_train_questions = min(reader.limit_train_questions or SMOKE_QUESTIONS, SMOKE_QUESTIONS)
+            reader.open_domain = {**reader.open_domain, "max_steps": self.smoke_steps, "warmup_steps": 0}
+            if reader.reading is not None:
+                reader.reading = {**reader.reading, "max_steps": self.smoke_steps, "warmup_steps": 0}
         check_row_settings(self.table, row)
 
 
@@ -208,5 +264,11 @@ def check_row_settings(table: TableSpec, row: RowSpec) -> None:
         ModelSettings.from_value({**table.model, **row.model})
         if row.kind == RowKind.trained:
             TrainConfig.from_value({**table.train, **row.train})
+        if row.kind == RowKind.reader:
+            from taser.reader.config import ReaderTrainConfig
+
+            ReaderTrainConfig(**{**table.reader_training.open_domain, "seed": 1})
+            if table.reader_training.reading is not None:
+                ReaderTrainConfig(**{**table.reader_training.reading, "stage": "reading"})
     except (ValueError, TypeError) as error:
         raise ValueError(f"{where}: {error}") from error

@@ -44,7 +44,7 @@ def compose_job(table: str, row: str | None = None, overrides: tuple[str, ...] =
 
 def plan(tables: list[str] | None = None) -> dict[str, PlannedStage]:
     """Every stage the rows of `tables` (default: every preset) need at their first seed, by key."""
-    from taser.pipeline.rows import RowRun, read_stage
+    from taser.pipeline.rows import RowRun, row_stages
     from taser.pipeline.stages import PlannedStore
 
     stages: dict[str, PlannedStage] = {}
@@ -54,9 +54,7 @@ def plan(tables: list[str] | None = None) -> dict[str, PlannedStage]:
             job = compose_job(table, row)
             run = RowRun(job, PlannedStore())
             spec = job.table.row(row)
-            evaluated = run.evaluate(spec, min(job.table.seeds))
-            if job.table.read.reader:
-                read_stage(run, evaluated)
+            row_stages(run, spec, min(job.table.seeds))
             for label, stage in run.stages:
                 planned = stages.setdefault(stage.key, PlannedStage(stage.key, run.store.kinds[stage.key], label))
                 if (table, row) not in planned.users:

@@ -10,7 +10,7 @@ time: a job waits for its inputs in the sweep's driver, not in a SLURM allocatio
   such a stage; with BM25 rows they form the `cpu` class, which SLURM launchers run without GPUs.
 - A trained row's stages (its training, its index, its dense-mined negatives) are built by that
   row's own job at that seed; a row that uses them (a hybrid, dense negatives) runs a wave later.
-- Jobs that build a training stage form the `train` class (the sweep's launcher as given); the
+- Jobs that build a training stage (a retriever's or a reader's) form the `train` class (the sweep's launcher as given); the
   others that need a GPU (zero-shot, hybrid, a seed of a row whose model another job trains) form
   the `evaluate` class (smaller SLURM allocations: `hydra.sweeper.launchers.evaluate`).
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from taser.pipeline.stages import CPU_KINDS
 
 CLASSES = ("cpu", "train", "evaluate")  # launched in this order within a wave
+TRAINING_KINDS = frozenset({"train", "reader-reading", "reader"})  # a job that builds one of these is of the train class
 
 
 @dataclass
@@ -83,13 +84,11 @@ class Schedule:
 
 def plan_job(job) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """The stages `job` asks for (key, kind) and each one's owner row, without building anything."""
-    from taser.pipeline.rows import RowRun, read_stage
+    from taser.pipeline.rows import RowRun, row_stages
     from taser.pipeline.stages import PlannedStore
 
     run = RowRun(job, PlannedStore(job.stages_dir))
-    evaluated = run.evaluate(job.table.row(job.row), job.seed)
-    if job.table.read.reader:
-        read_stage(run, evaluated)
+    row_stages(run, job.table.row(job.row), job.seed)
     return [(stage.key, run.store.kinds[stage.key]) for _, stage in run.stages], run.owners
 
 
@@ -132,7 +131,7 @@ def schedule(jobs: list[tuple[list[str], object]]) -> Schedule:
     for i, p in enumerate(ordered):
         p.needs = {builders[key] for key, _ in p.stages if builders[key] != i}
         if not p.klass:
-            builds_training = any(builders[key] == i and kind == "train" for key, kind in p.stages)
+            builds_training = any(builders[key] == i and kind in TRAINING_KINDS for key, kind in p.stages)
             p.klass = "train" if builds_training else "evaluate"
     _assign_waves(ordered)
     return Schedule(ordered, builders)

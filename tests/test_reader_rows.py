@@ -1,0 +1,204 @@
+"""Issue 48: reader rows in a table (DPR's Table 4). A reader row trains a reader on its retriever
+row's passages inside the table's stage store: the reading-comprehension stage once for every reader
+row and seed whose settings match, the training questions' retrieval once per (retriever, seed),
+the open-domain stage once per (reader row, seed), then the reading of the evaluation questions.
+Tiny scale, in process: a tiny random BERT, four SQuAD articles, a few steps."""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_experiment import job_of, squad4, tiny  # noqa: F401 - squad4 is a fixture
+
+
+def _dotted(prefix: str, settings: dict) -> list[str]:
+    return [f"++{prefix}.{key}={value}" for key, value in settings.items()]
+
+
+READER = ["table.reader_training.max_length=64", "table.reader_training.max_question_length=24", "table.reader_training.retrieve_k=5",
+          "table.reader_training.limit_train_questions=12",
+          *_dotted("table.reader_training.reading", {"batch_size": 4, "passages": 1, "max_steps": 2, "warmup_steps": 0, "save_every": 1,
+                                                     "precision": "fp32", "device": "cpu"}),
+          *_dotted("table.reader_training.open_domain", {"batch_size": 2, "passages": 2, "top_n": 5, "max_steps": 4, "warmup_steps": 1,
+                                                         "save_every": 1, "precision": "fp32", "device": "cpu"}),
+          "table.read.precision=fp32", "table.read.device=cpu", "table.read.ks=[1,5]"]
+
+
+def reader_job(squad, pretrained, stages, row, seed, out, extra=()):
+    return job_of([*tiny(squad, pretrained, stages), f"table.reader_training.pretrained={pretrained}", *READER, f"row={row}", f"seed={seed}",
+                   f"out_dir={out}", *extra])
+
+
+def kinds_built(record) -> dict[str, int]:
+    from collections import Counter
+
+    return dict(Counter(s["key"].rsplit("-", 1)[0] for s in record["stages"] if s["built"]))
+
+
+def test_reader_rows_share_the_reading_stage_and_train_one_reader_per_retriever_and_seed(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    from taser.evaluation.runs import read_run
+    from taser.pipeline.rows import READER_DIR, RETRIEVAL_DIR, run_row
+
+    stages = tmp_path / "stages"
+    records = {}
+    for row, seed in [("reader-bm25", 1), ("reader-dpr", 1), ("reader-bm25", 2), ("reader-dpr", 2)]:
+        records[row, seed] = run_row(reader_job(squad4, tiny_pretrained, stages, row, seed, tmp_path / row / f"seed-{seed}"))
+    built = {key: kinds_built(r) for key, r in records.items()}
+    assert built["reader-bm25", 1].get("reader-reading") == 1  # the first reader row builds the shared reading stage ...
+    assert all("reader-reading" not in b for key, b in built.items() if key != ("reader-bm25", 1))  # ... every other finds it
+    assert all(b.get("reader") == 1 and b.get("read") == 1 for b in built.values())  # one reader and one reading per (row, seed)
+    assert built["reader-bm25", 1].get("train-questions") == 1 and sum(b.get("train-questions", 0) for b in built.values()) == 1
+    # BM25 retrieves the training questions once (no seed); dpr at each seed, with its model of that seed (trained by the row here)
+    assert built["reader-bm25", 1].get("retrieve-train") == 1 and "retrieve-train" not in built["reader-bm25", 2]
+    assert built["reader-dpr", 1].get("retrieve-train") == 1 and built["reader-dpr", 2].get("retrieve-train") == 1
+    assert built["reader-dpr", 1].get("train") == 1 and built["reader-dpr", 2].get("train") == 1
+    readers = {key: next(s["key"] for s in r["stages"] if s["stage"].startswith("train reader")) for key, r in records.items()}
+    assert len(set(readers.values())) == 4
+
+    for (row, seed), record in records.items():
+        out = tmp_path / row / f"seed-{seed}"
+        assert not (out / RETRIEVAL_DIR).exists()  # the retriever's own row reports the retrieval
+        run = read_run(out / READER_DIR / "results.json")
+        assert run.task == "reader" and run.seed == seed and run.system == ("reader on BM25" if row == "reader-bm25" else "reader on dpr")
+        assert set(run.metrics) == {"EM@1", "EM@5", "F1@1", "F1@5"} and len(run.per_query) == 30
+        results = json.loads((out / READER_DIR / "results.json").read_text())
+        assert results["report_ks"] == [1, 5, 20, 100] and results["reference"] == {}
+        assert record["seed"] == seed
+
+    again = run_row(reader_job(squad4, tiny_pretrained, stages, "reader-dpr", 2, tmp_path / "again"))
+    assert [s["stage"] for s in again["stages"] if s["built"]] == []  # a second run builds nothing
+
+
+def test_a_reader_stage_killed_mid_training_resumes_to_the_uninterrupted_reader(squad4, tiny_pretrained, tmp_path, monkeypatch):  # noqa: F811
+    """The open-domain stage stopped after its second checkpoint (an exception where a kill would
+    land: the lock is released, the checkpoint kept); the rerun resumes from it and reads with the
+    weights, EM and predictions of a run never stopped."""
+    import taser.reader.trainer as trainer
+    from taser.pipeline.rows import READER_DIR, run_row
+
+    clean = run_row(reader_job(squad4, tiny_pretrained, tmp_path / "clean", "reader-bm25", 1, tmp_path / "clean-out"))
+    saved = trainer.save_checkpoint
+    calls = {"n": 0}
+
+    class Killed(Exception):
+        pass
+
+    def save_then_die(directory, *args, **kwargs):
+        saved(directory, *args, **kwargs)
+        if "reader-reading" not in str(directory):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise Killed(directory)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", save_then_die)
+    stages = tmp_path / "stages"
+    with pytest.raises(Killed) as killed:
+        run_row(reader_job(squad4, tiny_pretrained, stages, "reader-bm25", 1, tmp_path / "out"))
+    stage_dir = Path(str(killed.value)).parent
+    assert (stage_dir / "checkpoint").is_dir() and not (stage_dir / "final").exists() and not list(stages.glob("*.lock"))
+    monkeypatch.setattr(trainer, "save_checkpoint", saved)
+    resumed = run_row(reader_job(squad4, tiny_pretrained, stages, "reader-bm25", 1, tmp_path / "out"))
+    assert [s["stage"] for s in resumed["stages"] if s["built"]] == ["train reader on BM25", "read"]
+    log = (stage_dir / "train_log.jsonl").read_text()
+    assert '"step": 2' in log
+    for name in ("results.json",):
+        a = json.loads((tmp_path / "clean-out" / READER_DIR / name).read_text())
+        b = json.loads((tmp_path / "out" / READER_DIR / name).read_text())
+        assert (a["em"], a["f1"]) == (b["em"], b["f1"])
+    keys = lambda r: [s["key"] for s in r["stages"]]  # noqa: E731
+    assert keys(clean) == keys(resumed)
+    from safetensors.torch import load_file
+
+    clean_dir = next(Path(s["dir"]) for s in clean["stages"] if s["stage"] == "train reader on BM25")
+    a, b = load_file(clean_dir / "final" / "model.safetensors"), load_file(stage_dir / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert not (stage_dir / "checkpoint").exists()  # done with once final/ is written
+
+
+def test_reader_stage_keys_follow_their_settings_and_not_where_or_how_loudly(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    from taser.pipeline.rows import RowRun, row_stages
+    from taser.pipeline.stages import PlannedStore
+
+    def keys(row="reader-dpr", seed=1, extra=()):
+        job = reader_job(squad4, tiny_pretrained, tmp_path / "stages", row, seed, tmp_path / "out", extra)
+        run = RowRun(job, PlannedStore())
+        row_stages(run, job.table.row(row), seed)
+        return {label: stage.key for label, stage in run.stages}
+
+    base = keys()
+    assert {"reader: reading comprehension", "training questions", "retrieve training questions (dpr)", "train reader on dpr", "read"} <= set(base)
+    loud = keys(extra=["table.reader_training.open_domain.log_every=1", "table.reader_training.open_domain.save_every=3",
+                       "table.reader_training.open_domain.device=auto"])
+    assert loud == base  # logging, checkpointing and the device leave the weights alone
+    other_lr = keys(extra=["table.reader_training.open_domain.learning_rate=3e-5"])
+    assert other_lr["train reader on dpr"] != base["train reader on dpr"] and other_lr["reader: reading comprehension"] == base["reader: reading comprehension"]
+    other_reading = keys(extra=["table.reader_training.reading.max_steps=3"])
+    assert other_reading["reader: reading comprehension"] != base["reader: reading comprehension"]
+    assert other_reading["train reader on dpr"] != base["train reader on dpr"]  # a new first stage, a new second
+    other_model = keys(extra=["table.reader_training.max_answer_length=5"])
+    assert other_model["reader: reading comprehension"] != base["reader: reading comprehension"]
+    seed2 = keys(seed=2)
+    assert seed2["reader: reading comprehension"] == base["reader: reading comprehension"] and seed2["training questions"] == base["training questions"]
+    assert seed2["train reader on dpr"] != base["train reader on dpr"]
+    assert seed2["retrieve training questions (dpr)"] != base["retrieve training questions (dpr)"]
+    bm25 = keys("reader-bm25")
+    assert bm25["retrieve training questions (BM25)"] == keys("reader-bm25", seed=2)["retrieve training questions (BM25)"]
+    no_reading = keys(extra=["table.reader_training.reading=null"])
+    assert "reader: reading comprehension" not in no_reading and no_reading["train reader on dpr"] != base["train reader on dpr"]
+    more = keys(extra=["table.reader_training.retrieve_k=7"])
+    assert more["retrieve training questions (dpr)"] != base["retrieve training questions (dpr)"] and more["train reader on dpr"] != base["train reader on dpr"]
+
+
+def test_reader_settings_are_checked_before_anything_runs(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    with pytest.raises(ValueError, match=r"open_domain: seed is set by the table"):
+        reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["++table.reader_training.open_domain.seed=3"])
+    with pytest.raises(ValueError, match=r"row reader on dpr: train.batch_size must be an integer >= 1"):
+        reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["table.reader_training.open_domain.batch_size=0"])
+    with pytest.raises(ValueError, match=r"a reader row's uses='reader-dpr' must name a retriever row"):
+        reader_job(squad4, tiny_pretrained, tmp_path, "reader-bm25", 1, tmp_path, ["table.rows.reader-bm25.uses=reader-dpr"])
+
+
+def test_dpr_table4_shares_the_stages_it_should_without_running_nq():
+    """The preset's stage graph (planned, nothing built): per dataset, the three readers share its
+    training questions; each reader row its retriever's stages; BM25's index serves every dataset."""
+    from taser.sweeps.plan import compose_job, plan
+
+    stages = plan(["dpr_table4"])
+    by_kind: dict[str, list] = {}
+    for stage in stages.values():
+        by_kind.setdefault(stage.kind, []).append(stage)
+    datasets = ("nq", "trivia", "webq", "trec", "squad")
+    assert len(by_kind["bm25-index"]) == 1 and len(by_kind["bm25-index"][0].users) == 20  # bm25, hybrid and their readers, 5 datasets
+    assert len(by_kind["train"]) == 5 and len(by_kind["reader"]) == 15 and len(by_kind["retrieve-train"]) == 15
+    assert "reader-reading" not in by_kind  # DPR's recipe: the open-domain stage from BERT directly
+    for stage in by_kind["train-questions"]:
+        [dataset] = {row.split("-")[0] for _, row in stage.users}
+        assert sorted(row for _, row in stage.users) == [f"{dataset}-reader-{r}" for r in ("bm25", "dpr", "hybrid")]
+    for dataset in datasets:
+        [trained] = [s for s in by_kind["train"] if any(row.startswith(dataset + "-") for _, row in s.users)]
+        assert sorted(row for _, row in trained.users) == sorted(f"{dataset}-{r}" for r in ("dpr", "hybrid", "reader-dpr", "reader-hybrid"))
+        [evaluated] = [s for s in by_kind["evaluate"] if (("dpr_table4", f"{dataset}-bm25") in s.users)]
+        assert sorted(row for _, row in evaluated.users) == [f"{dataset}-bm25", f"{dataset}-reader-bm25"]
+    job = compose_job("dpr_table4", "trec-reader-dpr")
+    table = job.table
+    assert table.data_of(table.row("trec-reader-dpr")).match == "regex" and table.data_of(table.row("nq-reader-dpr")).match is None
+    assert table.rows["nq-reader-dpr"].reference == {"EM": 41.5, "EM@10": 40.8}
+    assert {key: row.reference.get("EM") for key, row in table.rows.items() if row.kind == "reader" and row.reference} == {
+        "nq-reader-bm25": 32.6, "nq-reader-dpr": 41.5, "trivia-reader-bm25": 52.4, "trivia-reader-dpr": 56.8, "webq-reader-bm25": 29.9,
+        "webq-reader-dpr": 34.6, "trec-reader-bm25": 24.9, "trec-reader-dpr": 25.9, "squad-reader-dpr": 29.8}
+    assert table.reader_training.reading is None and table.reader_training.open_domain["passages"] == 24
+
+
+def test_the_report_sets_a_reader_rows_em_beside_the_papers(tmp_path):
+    from taser.evaluation.difference_tables import reference_table
+    from taser.evaluation.runs import RunResult
+
+    runs = []
+    for seed, em in ((1, 40.0), (2, 42.0)):
+        run = RunResult("reader on DPR", "NQ", "reader", None)
+        run.seed, run.reference = seed, {"EM": 41.5, "EM@10": 40.8}
+        run.metrics = {"EM@1": 30.0, "EM@10": em - 1, "EM@100": em, "F1@100": em + 8}
+        runs.append(run)
+    text = reference_table(runs)
+    assert "| reader on DPR | NQ | EM (largest k read: 100) | 41.5 | 41.0 (2 run(s)) | -0.5 |" in text
+    assert "| reader on DPR | NQ | EM@10 | 40.8 | 40.0 (2 run(s)) | -0.8 |" in text
