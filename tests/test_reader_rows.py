@@ -69,7 +69,7 @@ def test_reader_rows_share_the_reading_stage_and_train_one_reader_per_retriever_
     assert [s["stage"] for s in again["stages"] if s["built"]] == []  # a second run builds nothing
 
 
-def test_a_reader_stage_killed_mid_training_resumes_to_the_uninterrupted_reader(squad4, tiny_pretrained, tmp_path, monkeypatch):  # noqa: F811
+def test_a_reader_stage_killed_mid_training_resumes_to_the_uninterrupted_reader(squad4, tiny_pretrained, tmp_path, monkeypatch, caplog):  # noqa: F811
     """The open-domain stage stopped after its second checkpoint (an exception where a kill would
     land: the lock is released, the checkpoint kept); the rerun resumes from it and reads with the
     weights, EM and predictions of a run never stopped."""
@@ -97,10 +97,10 @@ def test_a_reader_stage_killed_mid_training_resumes_to_the_uninterrupted_reader(
     stage_dir = Path(str(killed.value)).parent
     assert (stage_dir / "checkpoint").is_dir() and not (stage_dir / "final").exists() and not list(stages.glob("*.lock"))
     monkeypatch.setattr(trainer, "save_checkpoint", saved)
+    caplog.set_level("INFO", logger="taser.reader.trainer")
     resumed = run_row(reader_job(squad4, tiny_pretrained, stages, "reader-bm25", 1, tmp_path / "out"))
     assert [s["stage"] for s in resumed["stages"] if s["built"]] == ["train reader on BM25", "read"]
-    log = (stage_dir / "train_log.jsonl").read_text()
-    assert '"step": 2' in log
+    assert f"resumed the reader from {stage_dir / 'checkpoint'} at step 2 of 4" in caplog.text  # not trained again from the start
     for name in ("results.json",):
         a = json.loads((tmp_path / "clean-out" / READER_DIR / name).read_text())
         b = json.loads((tmp_path / "out" / READER_DIR / name).read_text())
@@ -179,8 +179,13 @@ def test_dpr_table4_shares_the_stages_it_should_without_running_nq():
         assert sorted(row for _, row in trained.users) == sorted(f"{dataset}-{r}" for r in ("dpr", "hybrid", "reader-dpr", "reader-hybrid"))
         [evaluated] = [s for s in by_kind["evaluate"] if (("dpr_table4", f"{dataset}-bm25") in s.users)]
         assert sorted(row for _, row in evaluated.users) == [f"{dataset}-bm25", f"{dataset}-reader-bm25"]
+    from taser.pipeline.rows import RowRun
+    from taser.pipeline.stages import PlannedStore
+
     job = compose_job("dpr_table4", "trec-reader-dpr")
     table = job.table
+    assert RowRun(job, PlannedStore()).match() == "regex"  # CuratedTREC's answers are patterns
+    assert RowRun(compose_job("dpr_table4", "nq-reader-dpr"), PlannedStore()).match() == "string"
     assert table.data_of(table.row("trec-reader-dpr")).match == "regex" and table.data_of(table.row("nq-reader-dpr")).match is None
     assert table.rows["nq-reader-dpr"].reference == {"EM": 41.5, "EM@10": 40.8}
     assert {key: row.reference.get("EM") for key, row in table.rows.items() if row.kind == "reader" and row.reference} == {
@@ -202,3 +207,29 @@ def test_the_report_sets_a_reader_rows_em_beside_the_papers(tmp_path):
     text = reference_table(runs)
     assert "| reader on DPR | NQ | EM (largest k read: 100) | 41.5 | 41.0 (2 run(s)) | -0.5 |" in text
     assert "| reader on DPR | NQ | EM@10 | 40.8 | 40.0 (2 run(s)) | -0.8 |" in text
+
+
+def test_a_sweep_of_reader_rows_trains_the_shared_reading_stage_in_one_job_before_the_others():
+    """The documented command's sweep in waves: reader jobs hold training allocations (the train
+    class); the reading stage has one builder, in an earlier wave than every other reader job; a
+    reader on dpr runs after dpr's own job at its seed."""
+    from taser.sweeps.check import sweep_jobs
+    from taser.sweeps.schedule import schedule
+
+    plan = schedule(sweep_jobs(["table=squad_cpu", "row=dpr,reader-bm25,reader-dpr", "seed=1,2"], "experiment"))
+    jobs = {(j.job.row, j.job.seed): j for j in plan.jobs if not j.prepare}
+    assert {j.klass for (row, _), j in jobs.items() if row.startswith("reader-")} == {"train"}
+    [reading] = {key for j in plan.jobs for key, kind in j.stages if kind == "reader-reading"}
+    builder = plan.jobs[plan.builders[reading]]
+    assert builder.job.row.startswith("reader-")
+    assert all(j.wave > builder.wave for (row, _), j in jobs.items() if row.startswith("reader-") and j is not builder)
+    assert all(jobs["reader-dpr", seed].wave > jobs["dpr", seed].wave for seed in (1, 2))
+
+
+def test_a_smoke_run_shrinks_the_readers_training_too():
+    from taser.sweeps.plan import compose_job
+
+    table = compose_job("dpr_table4", "nq-reader-dpr", ("smoke_steps=2",)).table
+    assert table.reader_training.open_domain["max_steps"] == 2 and table.reader_training.limit_train_questions == 100
+    squad = compose_job("squad_cpu", "reader-dpr", ("smoke_steps=3",)).table
+    assert squad.reader_training.reading["max_steps"] == 3 and squad.reader_training.open_domain["max_steps"] == 3
