@@ -186,7 +186,8 @@ def test_every_preset_composes_names_its_data_and_carries_reference_figures(pres
     job = typed(cfg)
     table = job.table
     readers = sorted(key for key, row in table.rows.items() if row.kind == "reader")
-    documented = [line for line in (ROOT / "configs" / "table" / f"{preset}.yaml").read_text().splitlines() if line.startswith("# python scripts/experiment.py")]
+    config = (ROOT / "configs" / "table" / f"{preset}.yaml").read_text()
+    documented = [line for line in config.splitlines() if line.startswith("# python scripts/experiment.py")]
     swept = sorted(sweep["row"].split(","))
     if readers and not set(readers) <= set(swept):  # reader rows left to a command of their own, which the config documents
         rows_of = [next((a.removeprefix("row=").split(",") for a in line.split() if a.startswith("row=")), []) for line in documented]

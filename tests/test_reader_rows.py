@@ -61,6 +61,7 @@ def test_reader_rows_share_the_reading_stage_and_train_one_reader_per_retriever_
         run = read_run(out / READER_DIR / "results.json")
         assert run.task == "reader" and run.seed == seed and run.system == ("reader on BM25" if row == "reader-bm25" else "reader on dpr")
         assert set(run.metrics) == {"EM@1", "EM@5", "F1@1", "F1@5"} and len(run.per_query) == 30
+        assert len(json.loads((out / READER_DIR / "predictions.json").read_text())) == 30  # the answers, for the inspection page
         results = json.loads((out / READER_DIR / "results.json").read_text())
         assert results["report_ks"] == [1, 5, 20, 100] and results["reference"] == {}
         assert record["seed"] == seed
@@ -233,3 +234,38 @@ def test_a_smoke_run_shrinks_the_readers_training_too():
     assert table.reader_training.open_domain["max_steps"] == 2 and table.reader_training.limit_train_questions == 100
     squad = compose_job("squad_cpu", "reader-dpr", ("smoke_steps=3",)).table
     assert squad.reader_training.reading["max_steps"] == 3 and squad.reader_training.open_domain["max_steps"] == 3
+
+
+def _reader_run(root: Path, system: str, seed: int, correct: list[bool]) -> None:
+    """A reader row's published files: results.json, per_query.jsonl and predictions.json."""
+    out = root / system.replace(" ", "-") / f"seed-{seed}" / "reader"
+    out.mkdir(parents=True)
+    em = 100.0 * sum(correct) / len(correct)
+    (out / "results.json").write_text(json.dumps({"task": "reader", "name": system, "dataset": "SQuAD", "seed": seed, "ks": [1], "em": {"1": em},
+                                                  "f1": {"1": em}, "top_k": {"1": 50.0}, "per_query_file": "per_query.jsonl"}))
+    (out / "per_query.jsonl").write_text("".join(json.dumps({"id": str(i), "rank": 1, "EM@1": 100.0 * c, "F1@1": 100.0 * c}) + "\n"
+                                                 for i, c in enumerate(correct)))
+    predictions = [{"question": f"who wrote book {i}?", "answers": [f"author {i}"], "prediction": f"author {i}" if c else f"{system} guess {i}",
+                    "by_k": {"1": {"prediction": f"author {i}" if c else f"{system} guess {i}"}}} for i, c in enumerate(correct)]
+    (out / "predictions.json").write_text(json.dumps(predictions))
+
+
+def test_the_inspection_page_of_two_readers_shows_each_ones_answer_beside_the_gold_answers(tmp_path):
+    from taser.evaluation.comparison import StatsSettings
+    from taser.evaluation.report import read_runs, write_report
+
+    for seed in (1, 2):
+        _reader_run(tmp_path / "runs", "reader on BM25", seed, [True, False, False, True, False, True])
+        _reader_run(tmp_path / "runs", "reader on dpr", seed, [True, True, seed == 1, True, False, True])
+    report = write_report(read_runs([tmp_path / "runs"]), tmp_path / "report", ks=(1,), stats=StatsSettings(baseline="reader on BM25", resamples=99),
+                          inspect=["reader on dpr"], inspect_k=1)
+    [page] = (tmp_path / "report").glob("inspect-*.html")
+    assert page.name == "inspect-reader-on-dpr-vs-reader-on-bm25-squad-em1.html"
+    text = page.read_text()
+    assert "reader on dpr against reader on BM25 on SQuAD, EM@1" in text and "Questions that flipped at EM@1 (<span id=shown>2</span>" in text
+    assert "who wrote book 1?" in text and "who wrote book 2?" in text and "who wrote book 0?" not in text  # only the flipped ones
+    assert "<b>Predicted answer</b> (first seed): reader on dpr: <q>author 1</q>; reader on BM25: <q>reader on BM25 guess 1</q>" in text
+    assert "<b>Answers:</b> author 1" in text and "Texts missing" not in text
+    assert "reader on dpr: answered exactly (share of seeds)" in text
+    assert "It is the family of report.md beside this page" in text
+    assert "inspect-reader-on-dpr-vs-reader-on-bm25-squad-em1.html" in report["markdown"]

@@ -43,11 +43,17 @@ from taser.io import atomic_open
 log = logging.getLogger(__name__)
 
 
-def _hits(runs: Sequence[RunResult], k: int) -> dict[str, float]:
-    """Question id -> the fraction of the runs (seeds) that find an answer in the first k passages."""
+def page_metric(runs: Sequence[RunResult], k: int) -> str:
+    """What a page compares at k: a reader's exact match (EM@k) when every run is a reader's, else top-k."""
+    return f"EM@{k}" if runs and all(r.task == "reader" for r in runs) else f"top-{k}"
+
+
+def _hits(runs: Sequence[RunResult], metric: str) -> dict[str, float]:
+    """Question id -> the fraction of the runs (seeds) that find an answer in the first k passages
+    (`top-k`), or whose reader answers it exactly (`EM@k`)."""
     total: dict[str, float] = {}
     for run in runs:
-        values = metric_values(run.per_query, f"top-{k}")
+        values = metric_values(run.per_query, metric)
         for record, value in zip(run.per_query, values):
             total[str(record["id"])] = total.get(str(record["id"]), 0.0) + value / 100.0
     return {q: v / len(runs) for q, v in total.items()}
@@ -104,7 +110,9 @@ def inspection_page(system_runs: Sequence[RunResult], baseline_runs: Sequence[Ru
     dataset = system_runs[0].dataset
     if any(r.per_query is None for r in [*system_runs, *baseline_runs]):
         raise ValueError(f"inspecting {system} against {baseline} needs every run's per_query.jsonl")
-    mine, theirs = _hits(system_runs, k), _hits(baseline_runs, k)
+    metric = page_metric([*system_runs, *baseline_runs], k)
+    mine, theirs = _hits(system_runs, metric), _hits(baseline_runs, metric)
+    said_mine, said_theirs = _predictions(system_runs[0], k), _predictions(baseline_runs[0], k)
     if set(mine) != set(theirs):
         raise ValueError(f"{system} and {baseline} were evaluated on different questions")
     flipped = [(qid, int(qid) if qid.isdigit() else position)
@@ -112,6 +120,7 @@ def inspection_page(system_runs: Sequence[RunResult], baseline_runs: Sequence[Ru
     needed = {index for _, index in flipped}
     retrieved_mine, retrieved_theirs = retrieval_records(system_runs[0], needed), retrieval_records(baseline_runs[0], needed)
     covered = set(retrieved_mine or ()) | set(retrieved_theirs or ())
+    covered |= {i for p in (said_mine, said_theirs) if p is not None for i in needed if i < len(p)}  # a reader's predictions.json names its questions
     texts = runs_data([*system_runs, *baseline_runs], needed, len(system_runs[0].per_query)) if needed - covered else Texts()
     fill_ctx_texts([*(retrieved_mine or {}).values(), *(retrieved_theirs or {}).values()], [*system_runs, *baseline_runs], texts)
     ranks_mine = [{str(r["id"]): r.get("rank") for r in run.per_query} for run in system_runs]
@@ -122,13 +131,16 @@ def inspection_page(system_runs: Sequence[RunResult], baseline_runs: Sequence[Ru
         rec_mine = (retrieved_mine or {}).get(index)
         rec_theirs = (retrieved_theirs or {}).get(index)
         known = texts.questions.get(index)
-        record = rec_mine or rec_theirs or {}
+        record = rec_mine or rec_theirs or next((p[index] for p in (said_mine, said_theirs) if p is not None and index < len(p)), {})
         question = record.get("question") or (known.question if known else f"question {qid}")
         answers = [str(a) for a in (record.get("answers") or (known.answers if known else []))]
         kind = _kind(mine[qid], theirs[qid])
         detail = (f"<div class=detail><p><b>Answers:</b> {html.escape(' | '.join(answers)) or '–'}</p>"
                   f"<p><b>First passage with an answer, rank by seed</b> ({html.escape(system)}: "
                   f"{_ranks(system_runs, ranks_mine, qid)}; {html.escape(baseline)}: {_ranks(baseline_runs, ranks_theirs, qid)})</p>")
+        if said_mine is not None or said_theirs is not None:
+            detail += (f"<p><b>Predicted answer</b> (first seed): {html.escape(system)}: {_said(said_mine, index)}; "
+                       f"{html.escape(baseline)}: {_said(said_theirs, index)}</p>")
         gold = texts.passages.get(known.gold) if known and known.gold else None
         if gold is not None:
             detail += (f"<div class=gold><h4>The passage the question was written from</h4><p><b>{html.escape(gold.title)}</b> "
@@ -152,19 +164,40 @@ def inspection_page(system_runs: Sequence[RunResult], baseline_runs: Sequence[Ru
                              " Neither run kept its retrieved passages (a retrieval.json beside its results.json): each question shows "
                              + ("the passage it was written from and " if texts.passages else "")
                              + "the rank at which each seed first found an answer instead.")
-    summary = _summary(system_runs, baseline_runs, k, comparison, mine, theirs, report_columns)
+    summary = _summary(system_runs, baseline_runs, metric, comparison, mine, theirs, report_columns)
     if source.strip():
         summary += f"<p class=texts>{html.escape(source.strip())}</p>"
     figure = ""
     if plot and Path(plot).is_file():
         encoded = base64.b64encode(Path(plot).read_bytes()).decode()
         figure = f"<h2>Top-k accuracy</h2><img alt='top-k accuracy curves' src='data:image/png;base64,{encoded}'>"
-    title = f"{system} against {baseline} on {dataset}, top-{k}"
+    title = f"{system} against {baseline} on {dataset}, {metric}"
+    outcome = "answered exactly" if metric.startswith("EM@") else "found"
     return _PAGE.format(title=html.escape(title), warning=warning, summary=summary, rows="".join(rows), count=len(rows), figure=figure,
-                        system=html.escape(system), baseline=html.escape(baseline), k=k)
+                        system=html.escape(system), baseline=html.escape(baseline), metric=metric, outcome=outcome)
 
 
-def _family(comparison: Comparison, k: int, dataset: str, report_columns: Sequence[tuple[str, str]] | None) -> str:
+def _predictions(run: RunResult, k: int) -> list[dict] | None:
+    """Per question of a reader run, {question, answers, prediction at k} from the `predictions.json`
+    beside its results.json (`scripts/read.py`, a reader row); None for other runs or without the file."""
+    path = Path(run.path).parent / "predictions.json" if run.path and run.task == "reader" else None
+    if path is None or not path.is_file():
+        return None
+    import json
+
+    return [{"question": p.get("question"), "answers": p.get("answers"),
+             "prediction": str(p.get("by_k", {}).get(str(k), {}).get("prediction", p.get("prediction", "")))}
+            for p in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def _said(predictions: list[dict] | None, index: int) -> str:
+    if predictions is None or index >= len(predictions):
+        return "<i>not kept</i>"
+    answer = predictions[index]["prediction"]
+    return f"<q>{html.escape(answer)}</q>" if answer else "<i>no answer</i>"
+
+
+def _family(comparison: Comparison, metric: str, dataset: str, report_columns: Sequence[tuple[str, str]] | None) -> str:
     """Which comparisons the page's Holm corrections run over, and whether that is the report's family."""
     tested = [key for key, c in comparison.cells.items() if c.p_holm is not None]
     recipes = [key for key, c in comparison.cells.items() if c.recipe_holm is not None]
@@ -178,20 +211,20 @@ def _family(comparison: Comparison, k: int, dataset: str, report_columns: Sequen
             f"{'' if len(datasets) > 1 else ' on ' + html.escape(datasets[0])})"
             + (f" and {len(recipes)} for the recipe test" if recipes else "") + ". ")
     if report_columns is not None:
-        mine = (dataset, f"top-{k}")
+        mine = (dataset, metric)
         in_report = [key for key in tested if key[1:] in set(report_columns)]
         if mine in set(report_columns):
             text += "It is the family of report.md beside this page: the adjusted p-values here are those of its table of differences. "
         else:
             shown = ", ".join(m for d, m in report_columns if d == dataset) or "none"
-            text += (f"<b>It is not report.md's family</b>: top-{k} is not a column of report.md beside this page ({html.escape(shown)}), so "
+            text += (f"<b>It is not report.md's family</b>: {metric} is not a column of report.md beside this page ({html.escape(shown)}), so "
                      f"this page tested it beside the report's columns: {len(tested)} comparisons here, {len(in_report)} in report.md, and the "
-                     f"adjusted p-values differ (add {k} to the report's ks=[...] for one family). ")
+                     f"adjusted p-values differ (add {metric.split('@')[-1].removeprefix('top-')} to the report's ks=[...] for one family). ")
     return text + ("An adjusted p depends on its family: the same comparison in another table (over other systems or columns, such as "
                    "a results.md of a whole study) gets another; the unadjusted p does not.</p>")
 
 
-def _summary(system_runs, baseline_runs, k, comparison, mine, theirs, report_columns=None) -> str:
+def _summary(system_runs, baseline_runs, metric, comparison, mine, theirs, report_columns=None) -> str:
     n = len(mine)
     a, b = sum(mine.values()) / n * 100, sum(theirs.values()) / n * 100
     gained = sum(1 for q in mine if _kind(mine[q], theirs[q]) == "gained" and mine[q] != theirs[q])
@@ -199,16 +232,17 @@ def _summary(system_runs, baseline_runs, k, comparison, mine, theirs, report_col
     lines = [f"<tr><td>{html.escape(system_runs[0].system)}</td><td>{a:.1f}</td><td>{len(system_runs)}</td></tr>",
              f"<tr><td>{html.escape(baseline_runs[0].system)}</td><td>{b:.1f}</td><td>{len(baseline_runs)}</td></tr>"]
     tests = ""
-    cell = comparison.cells.get((system_runs[0].system, system_runs[0].dataset, f"top-{k}")) if comparison else None
+    cell = comparison.cells.get((system_runs[0].system, system_runs[0].dataset, metric)) if comparison else None
     if cell is not None and cell.p is not None:
         tests = f"<p>Δ {cell.delta:+.2f}; these runs: p = {cell.p:.2g} ({cell.p_method}), Holm {cell.p_holm:.2g}"
         if cell.recipe is not None:
             tests += (f"; the recipe ({cell.recipe.design}, seeds {', '.join(map(str, cell.recipe.seeds))}): Δ {cell.recipe.delta:+.2f}, "
                       f"p = {cell.recipe.p:.2g}, Holm {cell.recipe_holm:.2g}, detectable at 80% power: {cell.recipe.detectable():.2f}"
                       f" (at its Holm level α {cell.recipe_level:.2g}: {cell.recipe.detectable(cell.recipe_level):.2f})")
-        tests += ".</p>" + _family(comparison, k, system_runs[0].dataset, report_columns)
-    return (f"<table class=summary><tr><th>system</th><th>top-{k}</th><th>seeds</th></tr>{''.join(lines)}</table>{tests}"
-            f"<p>{n:,} questions: {gained} found by {html.escape(system_runs[0].system)} only at every seed, {lost} by "
+        tests += ".</p>" + _family(comparison, metric, system_runs[0].dataset, report_columns)
+    outcome = "answered exactly" if metric.startswith("EM@") else "found"
+    return (f"<table class=summary><tr><th>system</th><th>{metric}</th><th>seeds</th></tr>{''.join(lines)}</table>{tests}"
+            f"<p>{n:,} questions: {gained} {outcome} by {html.escape(system_runs[0].system)} only at every seed, {lost} by "
             f"{html.escape(baseline_runs[0].system)} only; the rest of the rows below differ in part of the seeds.</p>")
 
 
@@ -224,12 +258,12 @@ th {{ cursor: pointer; background: #f4f4f4; }} mark {{ background: #ffe066; }} .
 <h1>{title}</h1>
 {warning}
 {summary}
-<h2>Questions that flipped at top-{k} (<span id=shown>{count}</span> of {count} shown)</h2>
+<h2>Questions that flipped at {metric} (<span id=shown>{count}</span> of {count} shown)</h2>
 <div id=controls><label>Filter: <input id=q type=search placeholder="words of the question"></label>
 <label>Kind: <select id=kind><option value="">all</option><option value=gained>gained by {system}</option>
 <option value=lost>lost against {baseline}</option><option value=mixed>differs in part of the seeds</option></select></label></div>
-<table id=flips><thead><tr><th data-col=0>id</th><th data-col=1>question</th><th data-col=2>{system}: found (share of seeds)</th>
-<th data-col=3>{baseline}: found</th><th data-col=4>Δ</th><th data-col=5>kind</th></tr></thead>
+<table id=flips><thead><tr><th data-col=0>id</th><th data-col=1>question</th><th data-col=2>{system}: {outcome} (share of seeds)</th>
+<th data-col=3>{baseline}: {outcome}</th><th data-col=4>Δ</th><th data-col=5>kind</th></tr></thead>
 <tbody>{rows}</tbody></table>
 {figure}
 <script>
@@ -266,6 +300,6 @@ def write_inspection_page(path: str | os.PathLike, *args, **kwargs) -> Path:
     return Path(path)
 
 
-def page_name(system: str, baseline: str, dataset: str, k: int) -> str:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{system}-vs-{baseline}-{dataset}-top{k}").strip("-").lower()
+def page_name(system: str, baseline: str, dataset: str, metric: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{system}-vs-{baseline}-{dataset}-{metric.replace('-', '').replace('@', '')}").strip("-").lower()
     return f"inspect-{slug}.html"

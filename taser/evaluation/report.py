@@ -243,7 +243,7 @@ def inspection_pages(runs: Sequence[RunResult], out: Path, systems: Sequence[str
     """One page per inspected system and dataset against the baseline (`taser.evaluation.inspect_page`).
     A page at a k that is not a column of the report tests it beside the report's columns (another
     Holm family: the page says so)."""
-    from taser.evaluation.inspect_page import page_name, write_inspection_page
+    from taser.evaluation.inspect_page import page_metric, page_name, write_inspection_page
 
     baseline = comparison.settings.baseline
     check_inspect(runs, systems, baseline)
@@ -259,7 +259,7 @@ def inspection_pages(runs: Sequence[RunResult], out: Path, systems: Sequence[str
             if not theirs:
                 log.warning("no page for %s on %s: the baseline %s has no run on it", system, dataset, baseline)
                 continue
-            path = out / page_name(system, baseline, dataset, k)
+            path = out / page_name(system, baseline, dataset, page_metric([*mine, *theirs], k))
             pages.append(write_inspection_page(path, mine, theirs, k, comparison, out / plots[dataset] if dataset in plots else None,
                                                report_columns=report_columns, said=said))
             log.info("inspection page: %s", path)

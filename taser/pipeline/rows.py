@@ -404,7 +404,7 @@ def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, re
 def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None, report_ks: list[int] | None = None) -> None:
     """A stage's results.json and per_query.jsonl copied into `out` (per_query first: results.json marks it whole)."""
     out.mkdir(parents=True, exist_ok=True)
-    for name in (PER_QUERY_FILE, "retrieval.json"):  # retrieval.json: the passages behind the figures (report.py inspect=... reads them)
+    for name in (PER_QUERY_FILE, "retrieval.json", "predictions.json"):  # the passages and a reader's answers behind the figures (report.py inspect=...)
         if name == PER_QUERY_FILE or (stage_dir / name).is_file():
             with atomic_path(out / name) as tmp:  # a temporary name of its own: two writers never share one
                 shutil.copyfile(stage_dir / name, tmp)
