@@ -347,7 +347,7 @@ def test_rows_that_differ_only_in_their_model_train_apart():
 def test_the_reading_stage_is_keyed_by_the_readers_precision(tmp_path):
     """Would catch a read stage keyed without its precision: an fp32 reading and a bf16 one of the
     same retrieval are two readings, not one found by the other."""
-    from taser.pipeline.rows import read_stage
+    from taser.pipeline.reader_stages import read_stage
     from taser.pipeline.stages import Stage
 
     def read_key(precision: str) -> tuple[str, dict]:

@@ -57,7 +57,9 @@ class RowRun:
             return {"file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name}
         return file_identity(path)
 
-    def _run(self, label: str, kind: str, settings: dict, inputs: dict, build, owner: RowSpec | None = None) -> Stage:
+    def stage(self, label: str, kind: str, settings: dict, inputs: dict, build, owner: RowSpec | None = None) -> Stage:
+        """The stage of `kind` with these settings and inputs, found in the store or built there by
+        `build`; recorded under `label` as one of this job's stages, owned by `owner` (default: the job's row)."""
         stage = self.store.run(kind, settings, inputs, build)
         if all(s.key != stage.key for _, s in self.stages):
             self.stages.append((label, stage))
@@ -75,7 +77,7 @@ class RowRun:
             squad = self.identity(Path(spec.squad_json))
             from taser.data.squad import convert_squad
 
-            stage = self._run("data", "squad", {"train_articles": spec.train_articles}, {"squad": squad},
+            stage = self.stage("data", "squad", {"train_articles": spec.train_articles}, {"squad": squad},
                               lambda d: convert_squad(spec.squad_json, d, train_articles=spec.train_articles))
             files = {"passages": stage.dir / "passages.tsv", "train_files": [stage.dir / "train.json"], "qa_file": stage.dir / "dev.qa.tsv"}
         else:
@@ -90,7 +92,7 @@ class RowRun:
             from taser.data.qa import read_qa, write_qa
 
             source = files["qa_file"]
-            stage = self._run("questions", "qa-subset", {"first": spec.limit_questions}, {"qa": self.identity(source)},
+            stage = self.stage("questions", "qa-subset", {"first": spec.limit_questions}, {"qa": self.identity(source)},
                               lambda d: write_qa(d / "questions.qa.tsv", list(read_qa(source))[: spec.limit_questions]))
             files["qa_file"] = stage.dir / "questions.qa.tsv"
         if spec.limit_passages:
@@ -99,7 +101,7 @@ class RowRun:
             from taser.data.passages import read_passages, write_passages
 
             source = files["passages"]
-            stage = self._run("passages", "passages-subset", {"first": spec.limit_passages}, {"passages": self.identity(source)},
+            stage = self.stage("passages", "passages-subset", {"first": spec.limit_passages}, {"passages": self.identity(source)},
                               lambda d: write_passages(d / "passages.tsv", islice(read_passages(source), spec.limit_passages)))
             files["passages"] = stage.dir / "passages.tsv"
         self._data = {**files, "ids": {"passages": self.identity(files["passages"]), "qa": self.identity(files["qa_file"])}}
@@ -117,7 +119,7 @@ class RowRun:
         settings = BM25Settings.from_dict(self.table.evaluate.bm25)
         data = self.data()
         described = settings.describe()
-        stage = self._run("BM25 index", "bm25-index", described, {"passages": data["ids"]["passages"]},
+        stage = self.stage("BM25 index", "bm25-index", described, {"passages": data["ids"]["passages"]},
                           lambda d: BM25Index.build(data["passages"], d / "index", backend=str(settings.backend), k1=settings.k1, b=settings.b,
                                                     threads=settings.threads).close())
         return {**self.table.evaluate.bm25, "index_dir": str(stage.dir / "index"), "_key": stage.key}
@@ -150,7 +152,7 @@ class RowRun:
                 inputs.update(checkpoint=checkpoint.key, index=index.key)
                 args = {"retriever": "dense", "checkpoint": str(checkpoint.dir / "final"), "index": str(index.dir / "index"),
                         "precision": ev.precision, "device": ev.device}
-            stage = self._run("negatives", f"negatives-{args['retriever']}", mine, inputs,
+            stage = self.stage("negatives", f"negatives-{args['retriever']}", mine, inputs,
                               lambda d, s=source, a=args: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
                                                                          num_hard_negatives=ev.mine_negatives, match=self.match(),
                                                                          progress=self.job.progress, **a), owner=row)
@@ -190,7 +192,7 @@ class RowRun:
                 run_training(model, files, run, d)
             shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
-        return self._run(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
+        return self.stage(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
 
     def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
         expected = self.table.global_batch(row)
@@ -212,7 +214,7 @@ class RowRun:
         from taser.pipeline.experiment import save_initial
 
         model = self.model_settings(row)
-        return self._run(f"initial {row.name}", "initial", {"model": model_key(model)}, {}, lambda d: save_initial(model, d), owner=row)
+        return self.stage(f"initial {row.name}", "initial", {"model": model_key(model)}, {}, lambda d: save_initial(model, d), owner=row)
 
     def checkpoint(self, row: RowSpec, seed: int) -> tuple[Stage, str]:
         if row.kind == RowKind.zero_shot:
@@ -230,7 +232,7 @@ class RowRun:
         ev, data = self.table.evaluate, self.data()
         model, checkpoint = self.checkpoint(row, seed)
         settings = {"precision": vectors_precision("torch", ev.precision, pick_device(ev.device)), "backend": "torch"}
-        return self._run(f"index {row.name}", "dense-index", settings, {"checkpoint": model.key, "passages": data["ids"]["passages"]},
+        return self.stage(f"index {row.name}", "dense-index", settings, {"checkpoint": model.key, "passages": data["ids"]["passages"]},
                          lambda d: dense_index(checkpoint, data["passages"], d, min(ev.batch_size, 64), ev.precision, ev.device,
                                                chunk_size=ev.chunk_size, shards=self.processes()), owner=row)  # every GPU of the job
 
@@ -253,7 +255,7 @@ class RowRun:
         if row.kind == RowKind.bm25:
             bm25 = self.bm25()
             inputs["bm25"] = bm25.pop("_key")
-            return self._run(label, kind, settings, inputs, lambda d: evaluate_bm25(out_dir=d, bm25=bm25, **common))
+            return self.stage(label, kind, settings, inputs, lambda d: evaluate_bm25(out_dir=d, bm25=bm25, **common))
         dense_row = self.table.rows[row.uses] if row.kind == RowKind.hybrid else row
         model, checkpoint = self.checkpoint(dense_row, seed)
         index = self.dense_index(dense_row, seed)
@@ -263,77 +265,10 @@ class RowRun:
             bm25 = self.bm25()
             inputs["bm25"] = bm25.pop("_key")
             settings["candidates"] = row.candidates or ev.k
-            return self._run(label, kind, settings, inputs,
+            return self.stage(label, kind, settings, inputs,
                              lambda d: evaluate_hybrid(checkpoint, index.dir / "index", out_dir=d, bm25=bm25, candidates=settings["candidates"],
                                                        **dense, **common))
-        return self._run(label, kind, settings, inputs, lambda d: evaluate_dense(checkpoint, index.dir / "index", out_dir=d, **dense, **common))
-
-    # -- the reader (DPR's Table 4) ------------------------------------------------------
-    def reader_gold(self) -> tuple[Path, dict]:
-        """The training questions' file (bi-encoder JSON: each first positive is its gold passage) and its identity."""
-        files = self.data()["train_files"]
-        if len(files) != 1:
-            raise ValueError(f"table {self.table.name}, row {self.job.row}: a reader trains on one training file of questions; the "
-                             f"table's data has {len(files)} ({', '.join(map(str, files))})")
-        return Path(files[0]), self.identity(Path(files[0]))
-
-    def train_questions(self) -> Stage:
-        """The training questions (and answers) as a QA file, for the retrievers to retrieve their passages."""
-        from taser.data.biencoder_json import BiEncoderJsonFile
-        from taser.data.qa import QAPair, write_qa
-
-        source, source_id = self.reader_gold()
-        first = self.table.reader_training.limit_train_questions
-
-        def build(d: Path) -> None:
-            from itertools import islice
-
-            records = islice(BiEncoderJsonFile(source, require_positive=False), first)
-            write_qa(d / "questions.qa.tsv", (QAPair(r["question"], list(r["answers"])) for r in records))
-
-        return self._run("training questions", "train-questions", {"first": first}, {"train": source_id}, build)
-
-    def reader_model(self) -> dict:
-        spec = self.table.reader_training
-        from taser.models.pretrained import SHIPPED_MODEL
-
-        return {"pretrained": spec.pretrained or SHIPPED_MODEL, "max_length": spec.max_length, "max_question_length": spec.max_question_length,
-                "max_answer_length": spec.max_answer_length}
-
-    def reading_reader(self) -> Stage | None:
-        """The reading-comprehension stage (gold passages alone): keyed by its data and settings only, so
-        every reader row and seed of the table shares it; None when the table trains without one."""
-        spec = self.table.reader_training
-        if spec.reading is None:
-            return None
-        gold, gold_id = self.reader_gold()
-        train = {**spec.reading, "stage": "reading"}
-        settings = {"model": self.reader_model(), "train": reader_train_key(train)}
-
-        def build(d: Path) -> None:
-            train_reader_stage(self.reader_model(), None, train, str(gold), None, self.match(), d, self.job.progress)
-
-        return self._run("reader: reading comprehension", "reader-reading", settings, {"gold": gold_id}, build)
-
-    def trained_reader(self, row: RowSpec, seed: int) -> Stage:
-        """The reader row's reader: the open-domain stage on its retriever's top passages of the training
-        questions (from the reading stage when the table has one), at the row's seed."""
-        spec, retriever = self.table.reader_training, self.table.rows[row.uses]
-        questions = self.train_questions()
-        retrieved = self.retrieve(retriever, seed, f"retrieve training questions ({retriever.name})", "retrieve-train",
-                                  questions.dir / "questions.qa.tsv", questions.key, spec.retrieve_k)
-        reading = self.reading_reader()
-        gold, gold_id = self.reader_gold()
-        train = {**spec.open_domain, "stage": "open_domain", "seed": seed, "name": row.name}
-        inputs = {"retrieval": retrieved.key, "gold": gold_id, "init": reading.key if reading else None}
-        settings = {"model": self.reader_model(), "train": reader_train_key(train)}
-
-        def build(d: Path) -> None:
-            init = str(reading.dir / "final") if reading else None
-            train_reader_stage(self.reader_model(), init, train, str(gold), str(retrieved.dir / "retrieval.json"), self.match(),
-                               d, self.job.progress)
-
-        return self._run(f"train {row.name}", "reader", settings, inputs, build, owner=row)
+        return self.stage(label, kind, settings, inputs, lambda d: evaluate_dense(checkpoint, index.dir / "index", out_dir=d, **dense, **common))
 
 
 def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, processes: int) -> None:
@@ -342,63 +277,16 @@ def train_under_torchrun(model: dict, files: list[str], train: dict, out: Path, 
                  out / "torchrun-spec.json", processes, "training", f"the last checkpoint in {out}")
 
 
-def read_stage(run: RowRun, evaluated: Stage, trained: Stage | None = None, name: str | None = None) -> Stage:
-    """A reader on the row's retrieval (evaluate's retrieval.json): the table's reader checkpoint
-    (`read.reader`), or a reader row's own `trained` reader stage."""
-    from taser.pipeline.reader import read
-    from taser.reader.config import ReadJob
-    from taser.runtime import resolve_precision
-
-    spec, table = run.table.read, run.table
-    checkpoint = str(trained.dir / "final") if trained else spec.reader
-    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": run.match(),
-                "precision": resolve_precision(spec.precision, spec.device)}
-    reader_id = trained.key if trained else run.identity(Path(spec.reader) / "model.safetensors")
-    inputs = {"reader": reader_id, "retrieval": evaluated.key}
-    if name:
-        settings["name"] = name
-    dataset = table.data_of(table.row(run.job.row)).dataset
-    job = lambda d: read(ReadJob(checkpoint=checkpoint, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
-                                 match=run.match(), max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
-                                 precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=dataset, name=name))
-    return run._run("read", "read", settings, inputs, job)
-
-
 def row_stages(run: RowRun, row: RowSpec, seed: int) -> tuple[Stage, Stage | None]:
     """Every stage of `row` at `seed`, through `run`'s store: its retrieval of the evaluation questions
     (a reader row's: its retriever's), and its reading (a reader row's own reader, else the table's
     `read.reader` where it names one; None: no reading)."""
+    from taser.pipeline.reader_stages import read_stage, trained_reader
+
     evaluated = run.evaluate(row, seed)
     if row.kind == RowKind.reader:
-        return evaluated, read_stage(run, evaluated, run.trained_reader(row, seed), row.name)
+        return evaluated, read_stage(run, evaluated, trained_reader(run, row, seed), row.name)
     return evaluated, read_stage(run, evaluated) if run.table.read.reader else None
-
-
-def reader_train_key(train: dict) -> dict:
-    """A reader stage's training settings as its key holds them: ReaderTrainConfig's, without those that
-    leave the weights unchanged (logging, progress, resuming, the device)."""
-    from dataclasses import asdict
-
-    from taser.reader.config import ReaderTrainConfig
-
-    full = asdict(ReaderTrainConfig(**train))
-    for name in ("log_every", "save_every", "progress", "resume", "device"):
-        full.pop(name)
-    return {k: str(v) if hasattr(v, "value") else v for k, v in full.items()}
-
-
-def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool) -> None:
-    """Train a reader into the stage directory `out` (resumed from its last checkpoint after a kill)."""
-    from taser.pipeline.reader import train_reader
-    from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
-
-    settings = ReaderModelSettings(init_checkpoint=init, **model) if init else ReaderModelSettings(**model)
-    if init:
-        settings.pretrained = None
-    job = TrainReaderJob(settings, ReaderTrainConfig(**{**train, "resume": True, "progress": progress}), train_file=retrieval, gold_file=gold,
-                         match=match, output_dir=str(out))
-    train_reader(job)
-    shutil.rmtree(out / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
 
 
 def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed: int | None = None, report_ks: list[int] | None = None) -> None:

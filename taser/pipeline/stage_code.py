@@ -40,11 +40,11 @@ CODE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "initial": (("taser.models.loading",), ("taser.pipeline.rows", "taser.pipeline.experiment")),
     "dense-index": (("taser.pipeline.evaluate",), ("taser.pipeline.rows",)),
     "evaluate": (("taser.pipeline.evaluate",), ("taser.pipeline.rows",)),
-    "read": (("taser.pipeline.reader",), ("taser.pipeline.rows",)),
-    "train-questions": (("taser.data.biencoder_json", "taser.data.qa"), ("taser.pipeline.rows",)),
-    "retrieve-train": (("taser.pipeline.evaluate",), ("taser.pipeline.rows",)),
-    "reader-reading": (("taser.pipeline.reader",), ("taser.pipeline.rows",)),
-    "reader": (("taser.pipeline.reader",), ("taser.pipeline.rows",)),
+    "read": (("taser.pipeline.reader",), ("taser.pipeline.rows", "taser.pipeline.reader_stages")),
+    "train-questions": (("taser.data.biencoder_json", "taser.data.qa"), ("taser.pipeline.rows", "taser.pipeline.reader_stages")),
+    "retrieve-train": (("taser.pipeline.evaluate",), ("taser.pipeline.rows", "taser.pipeline.reader_stages")),
+    "reader-reading": (("taser.pipeline.reader",), ("taser.pipeline.rows", "taser.pipeline.reader_stages")),
+    "reader": (("taser.pipeline.reader",), ("taser.pipeline.rows", "taser.pipeline.reader_stages")),
 }
 
 

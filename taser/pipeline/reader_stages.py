@@ -1,0 +1,136 @@
+"""A reader row's stages (DPR's Table 4), over a row's `RowRun`: the training questions as a QA file,
+their retrieval by the row's retriever, the reading-comprehension stage (shared by every reader row
+and seed whose settings match), the open-domain stage at the row's seed, and the reading of the
+evaluation questions (`read_stage`, also the table's `read.reader` on any row's retrieval)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from taser.pipeline.stages import Stage
+from taser.pipeline.table import RowSpec
+
+if TYPE_CHECKING:
+    from taser.pipeline.rows import RowRun
+
+
+def reader_gold(run: RowRun) -> tuple[Path, dict]:
+    """The training questions' file (bi-encoder JSON: each first positive is its gold passage) and its identity."""
+    files = run.data()["train_files"]
+    if len(files) != 1:
+        raise ValueError(f"table {run.table.name}, row {run.job.row}: a reader trains on one training file of questions; the "
+                         f"table's data has {len(files)} ({', '.join(map(str, files))})")
+    return Path(files[0]), run.identity(Path(files[0]))
+
+
+def train_questions(run: RowRun) -> Stage:
+    """The training questions (and answers) as a QA file, for the retrievers to retrieve their passages."""
+    from taser.data.biencoder_json import BiEncoderJsonFile
+    from taser.data.qa import QAPair, write_qa
+
+    source, source_id = reader_gold(run)
+    first = run.table.reader_training.limit_train_questions
+
+    def build(d: Path) -> None:
+        from itertools import islice
+
+        records = islice(BiEncoderJsonFile(source, require_positive=False), first)
+        write_qa(d / "questions.qa.tsv", (QAPair(r["question"], list(r["answers"])) for r in records))
+
+    return run.stage("training questions", "train-questions", {"first": first}, {"train": source_id}, build)
+
+
+def reader_model(run: RowRun) -> dict:
+    spec = run.table.reader_training
+    from taser.models.pretrained import SHIPPED_MODEL
+
+    return {"pretrained": spec.pretrained or SHIPPED_MODEL, "max_length": spec.max_length, "max_question_length": spec.max_question_length,
+            "max_answer_length": spec.max_answer_length}
+
+
+def reading_reader(run: RowRun) -> Stage | None:
+    """The reading-comprehension stage (gold passages alone): keyed by its data and settings only, so
+    every reader row and seed of the table shares it; None when the table trains without one."""
+    spec = run.table.reader_training
+    if spec.reading is None:
+        return None
+    gold, gold_id = reader_gold(run)
+    train = {**spec.reading, "stage": "reading"}
+    settings = {"model": reader_model(run), "train": reader_train_key(train)}
+
+    def build(d: Path) -> None:
+        train_reader_stage(reader_model(run), None, train, str(gold), None, run.match(), d, run.job.progress)
+
+    return run.stage("reader: reading comprehension", "reader-reading", settings, {"gold": gold_id}, build)
+
+
+def trained_reader(run: RowRun, row: RowSpec, seed: int) -> Stage:
+    """The reader row's reader: the open-domain stage on its retriever's top passages of the training
+    questions (from the reading stage when the table has one), at the row's seed."""
+    spec, retriever = run.table.reader_training, run.table.rows[row.uses]
+    questions = train_questions(run)
+    retrieved = run.retrieve(retriever, seed, f"retrieve training questions ({retriever.name})", "retrieve-train",
+                              questions.dir / "questions.qa.tsv", questions.key, spec.retrieve_k)
+    reading = reading_reader(run)
+    gold, gold_id = reader_gold(run)
+    train = {**spec.open_domain, "stage": "open_domain", "seed": seed, "name": row.name}
+    inputs = {"retrieval": retrieved.key, "gold": gold_id, "init": reading.key if reading else None}
+    settings = {"model": reader_model(run), "train": reader_train_key(train)}
+
+    def build(d: Path) -> None:
+        init = str(reading.dir / "final") if reading else None
+        train_reader_stage(reader_model(run), init, train, str(gold), str(retrieved.dir / "retrieval.json"), run.match(),
+                           d, run.job.progress)
+
+    return run.stage(f"train {row.name}", "reader", settings, inputs, build, owner=row)
+
+
+def read_stage(run: RowRun, evaluated: Stage, trained: Stage | None = None, name: str | None = None) -> Stage:
+    """A reader on the row's retrieval (evaluate's retrieval.json): the table's reader checkpoint
+    (`read.reader`), or a reader row's own `trained` reader stage."""
+    from taser.pipeline.reader import read
+    from taser.reader.config import ReadJob
+    from taser.runtime import resolve_precision
+
+    spec, table = run.table.read, run.table
+    checkpoint = str(trained.dir / "final") if trained else spec.reader
+    settings = {"ks": list(spec.ks), "max_answer_length": spec.max_answer_length, "match": run.match(),
+                "precision": resolve_precision(spec.precision, spec.device)}
+    reader_id = trained.key if trained else run.identity(Path(spec.reader) / "model.safetensors")
+    inputs = {"reader": reader_id, "retrieval": evaluated.key}
+    if name:
+        settings["name"] = name
+    dataset = table.data_of(table.row(run.job.row)).dataset
+    job = lambda d: read(ReadJob(checkpoint=checkpoint, retrieval=str(evaluated.dir / "retrieval.json"), out_dir=str(d), ks=list(spec.ks),
+                                 match=run.match(), max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
+                                 precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=dataset, name=name))
+    return run.stage("read", "read", settings, inputs, job)
+
+
+def reader_train_key(train: dict) -> dict:
+    """A reader stage's training settings as its key holds them: ReaderTrainConfig's, without those that
+    leave the weights unchanged (logging, progress, resuming, the device)."""
+    from dataclasses import asdict
+
+    from taser.reader.config import ReaderTrainConfig
+
+    full = asdict(ReaderTrainConfig(**train))
+    for name in ("log_every", "save_every", "progress", "resume", "device"):
+        full.pop(name)
+    return {k: str(v) if hasattr(v, "value") else v for k, v in full.items()}
+
+
+def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool) -> None:
+    """Train a reader into the stage directory `out` (resumed from its last checkpoint after a kill)."""
+    from taser.pipeline.reader import train_reader
+    from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
+
+    settings = ReaderModelSettings(init_checkpoint=init, **model) if init else ReaderModelSettings(**model)
+    if init:
+        settings.pretrained = None
+    job = TrainReaderJob(settings, ReaderTrainConfig(**{**train, "resume": True, "progress": progress}), train_file=retrieval, gold_file=gold,
+                         match=match, output_dir=str(out))
+    train_reader(job)
+    shutil.rmtree(out / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
