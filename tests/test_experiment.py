@@ -153,13 +153,13 @@ def test_the_training_key_ignores_where_and_how_loudly(squad4, tiny_pretrained, 
         job = job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + extra + ["row=dpr", "out_dir=/elsewhere"])
         run = RowRun(job)
         run.train_files = lambda row, seed: ([], ["train-key"])
-        run._run = lambda label, kind, settings, inputs, build, owner=None: keys.add(stage_key(kind, settings, inputs))
+        run.stage = lambda label, kind, settings, inputs, build, owner=None: keys.add(stage_key(kind, settings, inputs))
         run.trained(job.table.rows["dpr"], 1)
     assert len(keys) == 1
     job = job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + ["row=dpr", "table.train.learning_rate=0.001"])
     run = RowRun(job)
     run.train_files = lambda row, seed: ([], ["train-key"])
-    run._run = lambda label, kind, settings, inputs, build, owner=None: keys.add(stage_key(kind, settings, inputs))
+    run.stage = lambda label, kind, settings, inputs, build, owner=None: keys.add(stage_key(kind, settings, inputs))
     run.trained(job.table.rows["dpr"], 1)
     assert len(keys) == 2  # a setting that matters: a new key
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from taser.pipeline.stages import Stage
 from taser.pipeline.table import RowSpec
 
-if TYPE_CHECKING:
-    from taser.pipeline.rows import RowRun
+RowRun = Any  # taser.pipeline.rows.RowRun, not imported: rows imports this module (no module imports one that imports it back)
 
 
 def reader_gold(run: RowRun) -> tuple[Path, dict]:
