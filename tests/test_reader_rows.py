@@ -54,6 +54,12 @@ def test_reader_rows_share_the_reading_stage_and_train_one_reader_per_retriever_
     assert built["reader-dpr", 1].get("train") == 1 and built["reader-dpr", 2].get("train") == 1
     readers = {key: next(s["key"] for s in r["stages"] if s["stage"].startswith("train reader")) for key, r in records.items()}
     assert len(set(readers.values())) == 4
+    import torch
+
+    for record in records.values():  # a run's reader keys hold this machine's training threads and resolved precision
+        reader_dir = next(Path(s["dir"]) for s in record["stages"] if s["stage"].startswith("train reader"))
+        train = json.loads((reader_dir / "stage.json").read_text())["settings"]["train"]
+        assert (train["cpu_threads"], train["precision"], train["seed"]) == (torch.get_num_threads(), "fp32", record["seed"])
 
     for (row, seed), record in records.items():
         out = tmp_path / row / f"seed-{seed}"
@@ -269,3 +275,17 @@ def test_the_inspection_page_of_two_readers_shows_each_ones_answer_beside_the_go
     assert "reader on dpr: answered exactly (share of seeds)" in text
     assert "It is the family of report.md beside this page" in text
     assert "inspect-reader-on-dpr-vs-reader-on-bm25-squad-em1.html" in report["markdown"]
+
+
+def test_a_reader_key_holds_the_precision_auto_resolves_to_and_the_cpu_threads():
+    """Two machines that resolve `auto` differently train different weights: their keys differ, as a retriever's do."""
+    import torch
+
+    from taser.pipeline.stage_settings import reader_train_key
+    from taser.runtime import resolve_precision
+
+    key = reader_train_key({"precision": "auto", "device": "cpu", "max_steps": 5})
+    assert key["precision"] == resolve_precision("auto", "cpu") != "auto"
+    assert key["cpu_threads"] == torch.get_num_threads() and "epochs" not in key and "device" not in key
+    assert "cpu_threads" not in reader_train_key({"device": "cpu"}, threads=False) and "epochs" in reader_train_key({"device": "cpu"})
+    assert reader_train_key({"device": "cpu", "eval_every": 5, "val_passages": 3}) == reader_train_key({"device": "cpu"})  # only best/ differs

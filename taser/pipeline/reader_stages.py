@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from taser.pipeline.stage_settings import reader_train_key
 from taser.pipeline.stages import Stage
 from taser.pipeline.table import RowSpec
 
@@ -57,7 +58,7 @@ def reading_reader(run: RowRun) -> Stage | None:
         return None
     gold, gold_id = reader_gold(run)
     train = {**spec.reading, "stage": "reading"}
-    settings = {"model": reader_model(run), "train": reader_train_key(train)}
+    settings = {"model": reader_model(run), "train": reader_train_key(train, threads=not run.store.planned)}
 
     def build(d: Path) -> None:
         train_reader_stage(reader_model(run), None, train, str(gold), None, run.match(), d, run.job.progress)
@@ -76,7 +77,7 @@ def trained_reader(run: RowRun, row: RowSpec, seed: int) -> Stage:
     gold, gold_id = reader_gold(run)
     train = {**spec.open_domain, "stage": "open_domain", "seed": seed, "name": row.name}
     inputs = {"retrieval": retrieved.key, "gold": gold_id, "init": reading.key if reading else None}
-    settings = {"model": reader_model(run), "train": reader_train_key(train)}
+    settings = {"model": reader_model(run), "train": reader_train_key(train, threads=not run.store.planned)}
 
     def build(d: Path) -> None:
         init = str(reading.dir / "final") if reading else None
@@ -106,19 +107,6 @@ def read_stage(run: RowRun, evaluated: Stage, trained: Stage | None = None, name
                                  match=run.match(), max_answer_length=spec.max_answer_length, batch_size=spec.batch_size,
                                  precision=spec.precision, device=spec.device, progress=run.job.progress, dataset=dataset, name=name))
     return run.stage("read", "read", settings, inputs, job)
-
-
-def reader_train_key(train: dict) -> dict:
-    """A reader stage's training settings as its key holds them: ReaderTrainConfig's, without those that
-    leave the weights unchanged (logging, progress, resuming, the device)."""
-    from dataclasses import asdict
-
-    from taser.reader.config import ReaderTrainConfig
-
-    full = asdict(ReaderTrainConfig(**train))
-    for name in ("log_every", "save_every", "progress", "resume", "device"):
-        full.pop(name)
-    return {k: str(v) if hasattr(v, "value") else v for k, v in full.items()}
 
 
 def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool) -> None:

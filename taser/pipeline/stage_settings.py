@@ -99,3 +99,25 @@ def train_key(train: TrainConfig | dict, model: dict, processes: int, threads: b
     if threads and pick_device(cfg.device).type == "cpu":
         key["cpu_threads"] = cpu_threads(processes)
     return key
+
+
+NOT_IN_READER_KEY = frozenset({"log_every", "save_every", "progress", "resume", "device", "eval_every", "val_passages", "val_max_questions"})
+
+
+def reader_train_key(train: dict, threads: bool = True) -> dict:
+    """A reader stage's training settings in canonical form: ReaderTrainConfig's, without those that
+    leave its final weights unchanged (logging, checkpoints, resuming, the device, dev selection,
+    which only writes best/), `epochs` under `max_steps`, the precision as this machine resolves
+    `auto`, and on a CPU the training threads (they change the bits), as `train_key` does for a
+    retriever; `threads=False`: a plan of a table, not a run."""
+    from taser.reader.config import ReaderTrainConfig
+    from taser.runtime import pick_device, resolve_precision
+
+    cfg = ReaderTrainConfig(**train)
+    key = {k: v for k, v in _plain(asdict(cfg)).items() if k not in NOT_IN_READER_KEY}
+    if cfg.max_steps is not None:
+        del key["epochs"]
+    key["precision"] = resolve_precision(str(cfg.precision), cfg.device)
+    if threads and pick_device(cfg.device).type == "cpu":
+        key["cpu_threads"] = cpu_threads(1)
+    return key
