@@ -19,7 +19,7 @@ from test_experiment import squad4, tiny  # noqa: F401 - squad4 is a fixture
 pytestmark = pytest.mark.cluster
 
 KILLS = 10  # per half: two tests of 10 kills each, which make test-cluster runs side by side
-KILLS_PER_TABLE = 3  # then the table is finished and checked, and a new one starts: kills land early and late in tables
+KILLS_PER_TABLE = 5  # then the table is finished and checked, and a new one starts: kills land early and late in tables
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -86,7 +86,7 @@ def test_a_table_killed_at_random_moments_finishes_with_the_uninterrupted_result
     the store holds that many finished stages, after a random part of that stage's uninterrupted
     time (kills timed from a run's start landed mostly in Python's start-up or in the longest stage,
     however the machine's speed and load went). A kill that left the store where it found it doubles
-    the next one's range, so a stage longer than the draws still ends. After three kills, or when a
+    the next one's range, so a stage longer than the draws still ends. After five kills, or when a
     run finishes before its kill, the table is run to its end and checked, and a new one starts from
     empty stores (a table's last stages are otherwise where most kills land: only they are left)."""
     clean_stages, clean_sweep = tmp_path / "clean-stages", tmp_path / "clean"

@@ -109,14 +109,17 @@ def test_dpr_table3_documented_command_runs_every_row_at_two_seeds(cluster, dpr_
 
 
 def test_dpr_nq_documented_command_cancelled_mid_training_then_rerun(cluster, dpr_files, tiny_pretrained, tmp_path):
-    command = tiny_command("dpr_nq", dpr_files, tiny_pretrained, tmp_path)
+    command = [*tiny_command("dpr_nq", dpr_files, tiny_pretrained, tmp_path), "table.train.save_every=1"]  # a checkpoint from step 1 on
     driver = subprocess.Popen(["bash", "-c", " ".join(map(shlex.quote, command))], cwd=ROOT, env={**cluster.env, **JOB_ENV},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     stages = tmp_path / "stages"
     deadline = time.time() + 900
     while time.time() < deadline and not any(stages.glob("train-*/checkpoint")):  # a training stage has saved a step
         assert driver.poll() is None, driver.stdout.read()[-4000:]
-        time.sleep(0.5)
+        # a training of smoke_steps lives a second or two on an idle machine, and its checkpoint/ goes once final/ is written
+        assert not all((d / "stage.json").is_file() for d in stages.glob("train-*")) or len(list(stages.glob("train-*"))) < 4, (
+            "every training finished before the poll saw a checkpoint: nothing left to cancel mid-training")
+        time.sleep(0.05)
     assert any(stages.glob("train-*/checkpoint")), cluster.logs()
     cluster.run("scancel", "--user", "root")
     cluster.wait_idle(timeout=120)
