@@ -58,7 +58,7 @@ test: $(VENV)/.installed
 # The cluster rehearsal: a real single-node SLURM (Debian's slurm-wlm and munge, which .ci/run installs) runs the
 # documented cluster commands at tiny scale (tests/test_cluster.py); skipped with the reason where SLURM is absent.
 test-cluster: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m cluster -n 4 --dist load
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m cluster -n 3 --dist loadfile
 
 # Mutation testing of one library module (slow, not in CI): make mutants MODULE=taser/pipeline/stages.py [TESTS="tests/a.py tests/b.py"]
 # Prints the score and each surviving mutant; records the score in benchmarks/mutants/results.md (tools/mutants.py).

@@ -18,7 +18,7 @@ from test_experiment import squad4, tiny  # noqa: F401 - squad4 is a fixture
 
 pytestmark = pytest.mark.cluster
 
-KILLS = 10  # per half: two tests of 10 kills each, which make test-cluster runs side by side
+KILLS = 10  # per half: two tests of 10 kills each
 KILLS_PER_TABLE = 5  # then the table is finished and checked, and a new one starts: kills land early and late in tables
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
