@@ -1,8 +1,8 @@
 """Issue 44's chaos test of the stage store: a tiny table (dpr and the hybrid that needs its model,
-one seed) run under repeated SIGKILLs at random moments (20, in two tests of 10 that run side by
-side), alternating the basic and the joblib launcher, then run to the end. Its results and
-per-query files equal an uninterrupted run's, every stage exists once (one directory per key, each with one stage.json), and no lock is left behind.
-Marked `cluster` (minutes): `make test-cluster`."""
+one seed) run under repeated SIGKILLs at random moments (20, in two tests of 10), alternating the
+basic and the joblib launcher, then run to the end. Its results and per-query files equal an
+uninterrupted run's, every stage exists once (one directory per key, each with one stage.json),
+and no lock is left behind. Marked `cluster` (minutes): `make test-cluster`."""
 
 import json
 import os
