@@ -101,3 +101,15 @@ def pytest_collection_modifyitems(config, items):
     # the slow tests first: with the suite spread over workers, a worker then ends on short tests
     # instead of starting a minute-long one when the others are done
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def load_script(path, name: str):
+    """A script that is not a package module (a benchmark), imported from its file under `name`."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module

@@ -3,21 +3,11 @@ two seeds, a tiny model, a few steps; the records per (row, seed), results.md wi
 seeds and the seed-aware test against the reader on BM25; a second run builds nothing, and
 `--report-only` leaves results.md byte-identical."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 from test_experiment import squad4  # noqa: F401 - a fixture
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("reader_run", ROOT / "benchmarks" / "reader" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -29,7 +19,7 @@ def test_smoke_reader_study_records_each_pair_and_reports_seed_aware_tests(squad
             "table.reader_training.reading.batch_size=4", "table.reader_training.reading.warmup_steps=0", "table.reader_training.open_domain.max_steps=2",
             "table.reader_training.open_domain.batch_size=2", "table.reader_training.open_domain.passages=2", "table.reader_training.open_domain.top_n=5",
             "table.reader_training.open_domain.warmup_steps=0", "table.read.ks=[1,5]", "table.evaluate.batch_size=32"]
-    script = load_script()
+    script = load_script(ROOT / "benchmarks" / "reader" / "run.py", "reader_run")
     argv = ["--rows", "reader-bm25", "reader-dpr", "--seeds", "1", "2", "--precision", "fp32", "--bm25-backend", "bm25s", "--squad", str(squad4),
             "--resamples", "99", "--work", str(tmp_path / "work"), "--records", str(tmp_path / "records"),
             "--results", str(tmp_path / "out" / "results.md"), "--set", *tiny]
