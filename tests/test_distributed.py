@@ -16,7 +16,7 @@ from taser.data.biencoder_json import BiEncoderJsonFile
 from taser.models.loading import load_model
 from taser.pipeline.train import run_training
 from taser.training.batching import collate, example_rng, make_example
-from taser.training.distributed import all_reduce_sum, data_parallel, master_port
+from taser.training.distributed import all_reduce_sum, data_parallel, destroy_distributed, master_port
 from taser.training.loss import LossConfig
 from taser.training.step import StepRunner
 
@@ -88,7 +88,7 @@ def _worker(rank, world, init_file, pretrained, data_dir, out_dir):
     run_training(tiny_model_cfg(pretrained, "dpr", dropout=0.0), [str(data_dir / "train.json")], {**TRAIN, "batch_size": 2}, out_dir / "ddp")
     # TASER (experts each side skips) with gradient accumulation (no_sync until the last micro-batch)
     run_training(taser_model_cfg(pretrained), [str(data_dir / "train.json")], {**TRAIN, "batch_size": 1, "grad_accumulation": 2}, out_dir / "ddp-taser")
-    torch.distributed.destroy_process_group()
+    destroy_distributed()  # the library's teardown: cached subgroups first, never left to interpreter shutdown
 
 
 def test_two_processes_match_one(tmp_path, tiny_pretrained, tokenizer, mini_squad):
@@ -143,7 +143,7 @@ def _resume_worker(rank, world, init_file, pretrained, data_dir, out_dir):
         refusal = str(e)
     histories = {"straight": straight.history, "resumed": resumed.history, "steps": steps, "refusal": refusal}
     (out_dir / f"histories-{rank}.json").write_text(json.dumps(histories))
-    torch.distributed.destroy_process_group()
+    destroy_distributed()  # the library's teardown: cached subgroups first, never left to interpreter shutdown
 
 
 def test_two_process_run_resumes_where_it_stopped(tmp_path, tiny_pretrained, mini_squad):
@@ -349,7 +349,7 @@ def _node_local_worker(rank, world, init_file, pretrained, data_dir, out_dir):
     except RuntimeError as e:
         outcome = str(e)
     (out_dir / f"outcome-{rank}.txt").write_text(outcome)
-    torch.distributed.destroy_process_group()
+    destroy_distributed()  # the library's teardown: cached subgroups first, never left to interpreter shutdown
 
 
 @pytest.mark.slow

@@ -363,7 +363,7 @@ def _rank_opens(rank, world, init_file, sources, cache, out):
     import torch.distributed as dist
 
     from taser.pipeline import training_data
-    from taser.training.distributed import DistInfo
+    from taser.training.distributed import DistInfo, destroy_distributed
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     converted = []
@@ -377,7 +377,9 @@ def _rank_opens(rank, world, init_file, sources, cache, out):
         except Exception as e:  # noqa: BLE001 (the outcome is what is checked)
             outcome[name] = f"{type(e).__name__}: {e}"
     outcome["converted"] = converted
-    dist.destroy_process_group()
+    # The library's teardown: it drops the cached preparation group first. A bare destroy_process_group() left that
+    # group to interpreter shutdown, where a rank once aborted ("terminate called without an active exception", CI).
+    destroy_distributed()
     (out / f"rank{rank}.json").write_text(json.dumps(outcome))
 
 

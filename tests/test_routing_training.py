@@ -15,6 +15,7 @@ from taser.models.loading import load_model
 from taser.models.routers import LearnedRouter
 from taser.training.batching import collate, example_rng, make_example
 from taser.training.config import TrainConfig
+from taser.training.distributed import destroy_distributed
 from taser.training.loss import contrastive_nll
 from taser.training.step import StepRunner
 
@@ -163,7 +164,7 @@ def _worker(rank, world, init_file, pretrained, data_dir, out_dir):
     runner.run(batch, 4, rank * 2)
     if rank == 0:
         torch.save(actual_grads(model), out_dir / "grads.pt")
-    torch.distributed.destroy_process_group()
+    destroy_distributed()  # the library's teardown: cached subgroups first, never left to interpreter shutdown
 
 
 @pytest.mark.slow

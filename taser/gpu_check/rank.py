@@ -23,7 +23,7 @@ from taser.gpu_check.probe import device_check_loss, measured_run, numerics, rem
 from taser.gpu_check.training import release
 from taser.io import atomic_open
 from taser.runtime import pick_device, resolve_precision
-from taser.training.distributed import init_distributed
+from taser.training.distributed import destroy_distributed, init_distributed
 
 
 def _merge(per_rank: list[dict]) -> dict:
@@ -72,8 +72,7 @@ def rank_main(spec_file: str) -> None:
         (work / f"error-rank{info.rank}.txt").write_text(traceback.format_exc(), encoding="utf-8")
         raise
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        destroy_distributed()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ number of questions, the result equals one process that sees the whole batch.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 from dataclasses import dataclass, field
@@ -114,6 +115,9 @@ def init_distributed(backend: str | None = None, init_method: str | None = None,
             dist.init_process_group(backend, timeout=timeout)  # env://, as torchrun sets it up
         else:
             dist.init_process_group(backend, init_method=init_method, rank=int(os.environ["RANK"]), world_size=world, timeout=timeout)
+        # A group (or a cached subgroup) left to interpreter shutdown can abort the process there (gloo's worker threads
+        # outlive the interpreter: "terminate called without an active exception"); a no-op where the caller destroyed it.
+        atexit.register(destroy_distributed)
     info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), started_group=started)
     if device.type == "cuda":
         torch.cuda.set_device(device)
