@@ -9,12 +9,14 @@ import hashlib
 import http.server
 import json
 import threading
+import time
 
 import pytest
 
 from taser.data.resources import Resource
 from taser.pipeline.download import PART, ChecksumMismatch, RecordedChecksums, ResumingDownloader, fetch
 
+STALL_S = 2.0  # a stalling server's delay: four times the timeout its test sets
 PAYLOAD = b"".join(f"{i}\t{hashlib.sha1(str(i).encode()).hexdigest()} passage {i}\tTitle {i % 7}\n".encode() for i in range(20_000))  # ~1.3 MB
 
 
@@ -22,23 +24,55 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     files: dict[str, bytes] = {}
     cut_after: dict[str, int] = {}  # path -> bytes sent before the connection is dropped (once)
     ranges: list[str | None] = []
+    if_ranges: list[str | None] = []
+    # path -> how the server departs from a plain one: "ignores-ranges" (200 and the whole file to a Range request),
+    # "restarts-at-0" (206 from byte 0 whatever was asked), "last-modified" (a Last-Modified validator, no ETag),
+    # "no-validator" (neither), "no-length" (no Content-Length), "bare-416" (416 without Content-Range), "stalls"
+    modes: dict[str, set[str]] = {}
+
+    def _validator(self, body: bytes) -> tuple[str, str] | None:
+        modes = self.modes.get(self.path, set())
+        if "no-validator" in modes:
+            return None
+        if "last-modified" in modes:
+            return "Last-Modified", f"Mon, 0{len(body) % 9 + 1} Dec 2026 10:00:00 GMT"
+        return "ETag", f'"{hashlib.sha1(body).hexdigest()}"'
 
     def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.path.startswith("/moved"):  # /moved/<path>: a redirect to <path>
+            self.send_response(302)
+            self.send_header("Location", self.path.removeprefix("/moved"))
+            self.end_headers()
+            return
         body = self.files.get(self.path)
         if body is None:
             self.send_error(404)
             return
+        modes = self.modes.get(self.path, set())
+        if "stalls" in modes:
+            time.sleep(STALL_S)
         wanted = self.headers.get("Range")
         self.ranges.append(wanted)
+        self.if_ranges.append(self.headers.get("If-Range"))
+        validator = self._validator(body)
+        if self.headers.get("If-Range") is not None and (validator is None or self.headers["If-Range"] != validator[1]):
+            wanted = None  # the file changed since the part was fetched: the whole new file (RFC 9110, If-Range)
+        if "ignores-ranges" in modes:
+            wanted = None
         start = int(wanted.removeprefix("bytes=").split("-")[0]) if wanted else 0
         if start >= len(body) and wanted:
             self.send_response(416)
-            self.send_header("Content-Range", f"bytes */{len(body)}")
+            if "bare-416" not in modes:
+                self.send_header("Content-Range", f"bytes */{len(body)}")
             self.end_headers()
             return
+        if "restarts-at-0" in modes:
+            start = 0
         self.send_response(206 if wanted else 200)
-        self.send_header("Content-Length", str(len(body) - start))
-        self.send_header("ETag", f'"{hashlib.sha1(body).hexdigest()}"')
+        if "no-length" not in modes:
+            self.send_header("Content-Length", str(len(body) - start))
+        if validator is not None:
+            self.send_header(*validator)
         if wanted:
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.end_headers()
@@ -47,6 +81,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_HEAD(self):  # noqa: N802
         moved = self.path.startswith("/moved")  # /moved/<path>: a redirect to <path>
+        if "stalls" in self.modes.get(self.path, set()):
+            time.sleep(STALL_S)
         if moved or self.path in self.files:
             self.send_response(302 if moved else 200)
             if moved:
@@ -61,7 +97,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    _Handler.files, _Handler.cut_after, _Handler.ranges = {}, {}, []
+    _Handler.files, _Handler.cut_after, _Handler.ranges, _Handler.if_ranges, _Handler.modes = {}, {}, [], [], {}
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -272,3 +308,160 @@ def test_two_downloads_recording_checksums_at_once_keep_both(tmp_path):
     assert ledger.get(a) == "1" * 64 and ledger.get(Resource("a", "http://h/a2.tsv", ".tsv")) is None
     first.record(a, "3" * 64)  # first's own entry is the newer one; b's is kept from the file
     assert RecordedChecksums(tmp_path).values == {"a": {"url": a.url, "sha256": "3" * 64}, "b": {"url": b.url, "sha256": "2" * 64}}
+
+
+# -- issue 46, mutation testing: what the downloader does with each answer a real server may give --
+def _download_log(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "taser.pipeline.download"]
+
+
+def _cut(handler, path: str, body: bytes, res: Resource, tmp_path) -> int:
+    """A first download of `path` cut after a third of `body`; returns the bytes kept in its part."""
+    handler.files[path], handler.cut_after[path] = body, len(body) // 3
+    with pytest.raises(Exception):  # noqa: B017 (the connection drops: requests' error, whichever it is)
+        fetch(res, tmp_path, show_progress=False)
+    return (res.path(tmp_path).parent / (path.rsplit("/", 1)[-1] + PART)).stat().st_size
+
+
+def test_a_resume_asks_for_the_rest_under_the_parts_validator_and_says_where_it_continues(server, tmp_path, caplog):
+    """Would catch a resume without If-Range, or with another value than the ETag the part came with
+    (a file changed between the two runs would be spliced), and a wrong "continuing" line."""
+    base, handler = server
+    res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json")
+    kept = _cut(handler, "/train.json", PAYLOAD, res, tmp_path)
+    with caplog.at_level("INFO", logger="taser.pipeline.download"):
+        assert fetch(res, tmp_path, show_progress=False).read_bytes() == PAYLOAD
+    assert handler.ranges == [None, f"bytes={kept}-"] and handler.if_ranges == [None, f'"{hashlib.sha1(PAYLOAD).hexdigest()}"']
+    assert _download_log(caplog)[0] == f"{res.url}: continuing from byte {kept}"
+    assert sorted(p.name for p in res.path(tmp_path).parent.iterdir()) == ["tiny-train.json"]  # no part, no validator left
+
+
+@pytest.mark.parametrize("validator", ["etag", "last-modified", "no-validator"])
+def test_a_file_changed_since_the_cut_is_fetched_whole_not_spliced(server, tmp_path, validator):
+    """Would catch the part's validator (ETag, else Last-Modified) not kept or not sent: the server
+    would send the new file's rest after the old file's start. Without any validator the splice
+    cannot be seen by HTTP alone: the part is resumed, and the file has no part or validator left."""
+    base, handler = server
+    if validator != "etag":
+        handler.modes["/train.json"] = {validator}
+    res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json")
+    kept = _cut(handler, "/train.json", PAYLOAD, res, tmp_path)
+    handler.files["/train.json"] = changed = PAYLOAD.replace(b"passage", b"Passage") + b"0\tmore\tTitle\n"  # republished
+    got = fetch(res, tmp_path, show_progress=False).read_bytes()
+    if validator == "no-validator":
+        assert handler.if_ranges[-1] is None and got == PAYLOAD[:kept] + changed[kept:]  # what HTTP without validators gives
+    else:
+        assert handler.if_ranges[-1] is not None and got == changed and handler.ranges[-1] == f"bytes={kept}-"
+    assert sorted(p.name for p in res.path(tmp_path).parent.iterdir()) == ["tiny-train.json"]
+
+
+@pytest.mark.parametrize("mode", ["ignores-ranges", "restarts-at-0"])
+def test_a_server_that_sends_the_whole_file_to_a_resume_gives_the_whole_file_once(server, tmp_path, caplog, mode):
+    """Would catch the part appended to when the server answers a Range request with the whole file
+    (200, or 206 from byte 0): the file would hold its first third twice."""
+    base, handler = server
+    handler.modes["/psgs.tsv"] = {mode}
+    res = Resource("data.wikipedia_split.tiny", f"{base}/psgs.tsv", ".tsv", sha256=sha256(PAYLOAD))
+    kept = _cut(handler, "/psgs.tsv", PAYLOAD, res, tmp_path)
+    with caplog.at_level("INFO", logger="taser.pipeline.download"):
+        assert fetch(res, tmp_path, show_progress=False).read_bytes() == PAYLOAD
+    assert handler.ranges[-1] == f"bytes={kept}-"
+    assert _download_log(caplog)[0] == (f"{res.url}: the server sends the whole file (it ignores ranges, or it changed); "
+                                        "downloading again from the start")
+
+
+@pytest.mark.parametrize("published", [True, False])
+def test_a_part_already_whole_is_kept_without_a_second_download(server, tmp_path, published):
+    """Would catch a 416 whose Content-Range says the part is whole (a run killed after the last byte,
+    before the rename) fetched again, or such a part not recognised (the header misread)."""
+    base, handler = server
+    handler.files["/train.json"] = body = json.dumps([{"question": f"q{i}"} for i in range(200)]).encode()
+    res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json", sha256=sha256(body) if published else None)
+    final = res.path(tmp_path)
+    final.parent.mkdir(parents=True)
+    (final.parent / ("train.json" + PART)).write_bytes(body)
+    assert fetch(res, tmp_path, show_progress=False).read_bytes() == body
+    assert handler.ranges == [f"bytes={len(body)}-"]  # one request, answered 416: nothing sent again
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_a_part_that_does_not_fit_says_the_servers_size(server, tmp_path, caplog, bare):
+    """Would catch a wrong "does not fit" line: it names the server's size from Content-Range, or "?"
+    when the 416 has none (and the part is fetched again either way)."""
+    base, handler = server
+    handler.files["/train.json"] = body = b"[1, 2, 3]"
+    if bare:
+        handler.modes["/train.json"] = {"bare-416"}
+    res = Resource("data.retriever.tiny-train", f"{base}/train.json", ".json")
+    res.path(tmp_path).parent.mkdir(parents=True)
+    (res.path(tmp_path).parent / ("train.json" + PART)).write_bytes(body + b" longer")
+    with caplog.at_level("INFO", logger="taser.pipeline.download"):
+        assert fetch(res, tmp_path, show_progress=False).read_bytes() == body
+    size = "?" if bare else str(len(body))
+    assert _download_log(caplog)[0] == f"{res.url}: the partial file does not fit the server's ({size} bytes there); downloading again"
+
+
+def test_a_file_without_content_length_and_one_behind_a_redirect_download(server, tmp_path):
+    """Would catch a missing Content-Length read as an error (a chunked or close-delimited answer),
+    and a GET that does not follow redirects (GitHub releases, mirrors): the redirect page would be
+    saved as the file."""
+    base, handler = server
+    handler.files["/a.json"], handler.modes["/a.json"] = b'{"a": 1}', {"no-length"}
+    handler.files["/b.json"] = b'{"b": 2}'
+    assert fetch(Resource("a", f"{base}/a.json", ".json"), tmp_path, show_progress=False).read_bytes() == b'{"a": 1}'
+    assert fetch(Resource("b", f"{base}/moved/b.json", ".json"), tmp_path, show_progress=False).read_bytes() == b'{"b": 2}'
+
+
+def test_a_stalled_server_times_out_in_the_check_and_the_download(server, tmp_path):
+    """Would catch a request without the downloader's timeout: a stalled server would hang the run."""
+    import requests
+
+    base, handler = server
+    handler.files["/slow.json"], handler.modes["/slow.json"] = b"[]", {"stalls"}
+    downloader = ResumingDownloader(show_progress=False, timeout=STALL_S / 4)
+    with pytest.raises(requests.Timeout):
+        downloader(f"{base}/slow.json", tmp_path / "slow.json", check_only=True)
+    with pytest.raises(requests.Timeout):
+        downloader(f"{base}/slow.json", tmp_path / "slow.json")
+
+
+def test_the_progress_lines_name_the_file_its_size_and_where_a_resume_starts(server, tmp_path, caplog):
+    """Would catch the download's progress (on by default; log lines off a terminal) with a wrong
+    name, total, unit or starting point, or shown when turned off."""
+    from tqdm import tqdm
+
+    base, handler = server
+    res = Resource("data.wikipedia_split.tiny", f"{base}/psgs.tsv", ".tsv")
+    with caplog.at_level("INFO", logger="taser.progress"):
+        kept = _cut(handler, "/psgs.tsv", PAYLOAD, res, tmp_path)
+        assert not [r for r in caplog.records if r.name == "taser.progress"]  # show_progress=False: no lines
+        fetch(res, tmp_path)
+    lines = [r.getMessage() for r in caplog.records if r.name == "taser.progress"]
+    size = tqdm.format_sizeof
+    assert lines[0].startswith(f"psgs.tsv: {size(kept)}/{size(len(PAYLOAD))} ({100 * kept / len(PAYLOAD):.0f}%)")  # starts where the part ends
+    assert lines[-1].startswith(f"psgs.tsv: {size(len(PAYLOAD))}/{size(len(PAYLOAD))} (100%)") and lines[-1].endswith("B/s]")
+
+
+def test_fetch_takes_a_resource_by_name(tmp_path):
+    """Would catch a name not looked up in the registry (`fetch("data...")` as the scripts call it)."""
+    from taser.data.resources import resource
+
+    final = resource("data.retriever.qas.nq-test").path(tmp_path)
+    final.parent.mkdir(parents=True)
+    final.write_text("who?\t['me']\n")
+    assert fetch("data.retriever.qas.nq-test", tmp_path, show_progress=False) == final  # present: nothing fetched
+
+
+def test_the_ledger_keeps_newer_entries_of_others_and_is_written_for_hand_editing(tmp_path):
+    """Would catch a ledger write that puts back this process's stale copy of another entry, a ledger
+    under a data_dir not made yet, and a file not sorted and indented (users edit it by hand: the
+    checksum refusal tells them to remove an entry)."""
+    a, b = Resource("a", "http://h/a.tsv", ".tsv"), Resource("b", "http://h/b.tsv", ".tsv")
+    where = tmp_path / "not" / "made"
+    early = RecordedChecksums(where)
+    early.record(a, "1" * 64)
+    late = RecordedChecksums(where)  # reads a = 1...
+    early.record(a, "3" * 64)  # ...which another process then changes
+    late.record(b, "2" * 64)
+    expected = {"a": {"sha256": "3" * 64, "url": a.url}, "b": {"sha256": "2" * 64, "url": b.url}}
+    assert (where / "checksums.json").read_text() == json.dumps(expected, indent=2, sort_keys=True)
