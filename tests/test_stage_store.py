@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -113,6 +114,17 @@ def test_a_waiter_finds_the_stage_another_process_built_and_says_how_long_it_wai
     assert [r.getMessage() for r in caplog.records] == [f"waiting for {lock} (another process is building this stage)"]
 
 
+def test_a_waiter_builds_a_stage_its_holder_left_unbuilt_and_says_how_long_it_waited(tmp_path):
+    """Would catch the wait before a build left out of the `Stage` (the sweep schedules its jobs so none waits)."""
+    store = StageStore(tmp_path, poll_s=0.02)
+    key = stage_key("squad", {"a": 1}, {})
+    lock = tmp_path / (key + ".lock")
+    _live_lock(lock)
+    threading.Thread(target=lambda: (time.sleep(0.3), lock.unlink())).start()  # its build failed: no stage.json
+    stage = store.run("squad", {"a": 1}, {}, lambda directory: None)
+    assert stage.built and 0.25 <= stage.waited <= stage.seconds < 10
+
+
 def test_the_lock_file_names_its_holder(tmp_path):
     """Would catch a field of the lock file renamed or wrong: waiters on this host tell a dead or
     reused pid by it, waiters elsewhere its age, and people read who holds it."""
@@ -142,7 +154,7 @@ def test_the_heartbeat_stops_with_the_lock(tmp_path, monkeypatch):
 def test_a_failing_heartbeat_warns_once_per_run_of_failures(tmp_path, monkeypatch, caplog):
     """Would catch a warning at every failed touch (a log flooded every 30 s), or none at the first."""
     monkeypatch.setattr(stages, "HEARTBEAT_S", 0.01)
-    real_utime, outcomes = os.utime, iter([False, False, True, False, False])  # fail twice, touch, fail twice, then touch
+    real_utime, outcomes = os.utime, iter([False, True, False, False])  # fail, touch, fail twice, then touch
 
     def touch(path, *args, **kwargs):
         if not next(outcomes, True):
@@ -195,7 +207,7 @@ def test_a_missing_lock_is_not_stale_and_checking_a_live_holder_leaves_it_alone(
     """Would catch a lock removed in the meantime taken as stale, and a liveness check that signals
     the holder (signal 0 tests the pid; any other would hang up or kill it)."""
     assert not _FileLock(tmp_path / "none.lock", poll_s=0.01, stale_after_s=1.0)._stale()
-    holder = subprocess.Popen(["sleep", "30"])
+    holder = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # not nohup's SIG_IGN
     try:
         time.sleep(0.1)
         _live_lock(tmp_path / "x.lock", pid=holder.pid)
