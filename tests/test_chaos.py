@@ -1,5 +1,6 @@
 """Issue 44's chaos test of the stage store: a tiny table (dpr and the hybrid that needs its model,
-one seed) run under repeated SIGKILLs at random moments (20, in two tests of 10), alternating the
+one seed) run under repeated SIGKILLs at random moments (20, in two tests of 10, the second in
+tests/test_chaos_second_half.py), alternating the
 basic and the joblib launcher, then run to the end. Its results and per-query files equal an
 uninterrupted run's, every stage exists once (one directory per key, each with one stage.json),
 and no lock is left behind. Marked `cluster` (minutes): `make test-cluster`."""
@@ -80,7 +81,7 @@ def check_episode(stages, sweep, clean_stages, clean_sweep):
     assert sorted(p.parent.name for p in stages.glob("*/stage.json")) == sorted(p.parent.name for p in clean_stages.glob("*/stage.json"))
 
 
-@pytest.mark.parametrize("half", [0, 1])
+@pytest.mark.parametrize("half", [0])  # half 1: tests/test_chaos_second_half.py (a file of its own: a worker of its own)
 def test_a_table_killed_at_random_moments_finishes_with_the_uninterrupted_results(squad4, tiny_pretrained, tmp_path, half):  # noqa: F811
     """Each kill lands inside a stage drawn at random among those the table has not finished: once
     the store holds that many finished stages, after a random part of that stage's uninterrupted

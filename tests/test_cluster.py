@@ -18,7 +18,7 @@ from conftest import ROOT
 from slurm_cluster import SlurmCluster, missing
 from test_experiment import prepared, records, report_of, squad4, tiny, waited  # noqa: F401 - squad4 is a fixture
 
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("slurm-cluster-jobs"), pytest.mark.skipif(missing() is not None, reason=str(missing()))]
+pytestmark = [pytest.mark.cluster, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 JOB_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 SLURM_CPU = ["hydra/launcher=slurm_cpu", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=15"]

@@ -22,7 +22,7 @@ from conftest import ROOT
 from slurm_cluster import SlurmCluster, missing
 from test_experiment import prepared, records, squad4, waited  # noqa: F401 - squad4 is a fixture
 
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("slurm-cluster-tables"), pytest.mark.skipif(missing() is not None, reason=str(missing()))]
+pytestmark = [pytest.mark.cluster, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 JOB_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 CLASSES = ["hydra.sweeper.launchers.cpu={gpus_per_node:0,cpus_per_task:1,mem_gb:1,timeout_min:14}",
