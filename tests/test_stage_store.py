@@ -192,7 +192,7 @@ def test_a_lock_from_another_host_goes_stale_after_the_stores_time(tmp_path):
     _live_lock(tmp_path / (key + ".lock"), host="a-lost-node", pid=1)
     os.utime(tmp_path / (key + ".lock"), (time.time() - 2,) * 2)
     done = []
-    worker = threading.Thread(target=lambda: done.append(store.run("squad", {"a": 1}, {}, lambda d: None)))
+    worker = threading.Thread(target=lambda: done.append(store.run("squad", {"a": 1}, {}, lambda d: None)), daemon=True)  # a hang fails the test, not the run
     worker.start()
     worker.join(timeout=20)
     assert done and done[0].built
@@ -283,3 +283,26 @@ def test_code_commit_names_this_checkout(monkeypatch):
         assert stages.code_commit() == (here or None)
     finally:
         stages.code_commit.cache_clear()
+
+
+def test_a_break_file_left_by_a_killed_waiter_does_not_block_the_lock_for_ever(tmp_path, caplog):
+    """Would catch a `.break` file left by a waiter killed mid-takeover kept for good (every later
+    waiter would wait for ever), or a fresh one (another waiter at work) removed."""
+    store = StageStore(tmp_path, poll_s=0.02, stale_after_s=1.0)
+    key = stage_key("squad", {"a": 1}, {})
+    lock, breaker = tmp_path / (key + ".lock"), tmp_path / (key + ".lock.break")
+    _live_lock(lock, host="a-lost-node", pid=1)
+    breaker.write_text("")
+    for path in (lock, breaker):
+        os.utime(path, (time.time() - stages.EMPTY_AFTER_S - 5,) * 2)
+    done = []
+    with caplog.at_level(logging.WARNING, logger="taser.pipeline.stages"):
+        worker = threading.Thread(target=lambda: done.append(store.run("squad", {"a": 1}, {}, lambda d: None)), daemon=True)
+        worker.start()
+        worker.join(timeout=20)
+    assert done and done[0].built and not breaker.exists() and not lock.exists()
+    assert caplog.records[0].getMessage().startswith(f"removing {breaker}, left ")
+    fresh = tmp_path / "x.lock.break"
+    fresh.write_text("")
+    _FileLock._clear_abandoned(fresh)
+    assert fresh.exists()  # another waiter is taking over: left alone

@@ -172,9 +172,10 @@ class _FileLock:
     lock however long it is paused (SIGSTOP, a suspended SLURM job). A lock file left empty by a kill
     between its creation and its first write is stale after EMPTY_AFTER_S. Before the holder marks
     its stage done it checks that the lock still holds its token (`check_held`).
-    Breaking a stale lock is itself serialised (a `.break` file created exclusively), and the lock
-    is checked again under it, so two waiters never both take it over; a holder removes the lock
-    only while it still holds its own token."""
+    Breaking a stale lock is itself serialised (a `.break` file created exclusively; one older than
+    EMPTY_AFTER_S was left by a waiter killed while breaking, and is removed), and the lock is checked
+    again under it, so two waiters never both take it over; a holder removes the lock only while it
+    still holds its own token."""
 
     def __init__(self, path: Path, poll_s: float, stale_after_s: float | None):
         self.path, self.poll_s = path, poll_s
@@ -255,6 +256,18 @@ class _FileLock:
             return start is not None and process_start(int(owner["pid"])) not in (None, start)  # alive (if paused): its lock
         return age > self.stale_after_s
 
+    @staticmethod
+    def _clear_abandoned(breaker: Path) -> None:
+        """Remove a break file older than EMPTY_AFTER_S: breaking takes milliseconds, so it was left by a
+        waiter killed in between, and every later waiter would otherwise wait for ever."""
+        try:
+            age = time.time() - breaker.stat().st_mtime
+        except OSError:
+            return  # just removed
+        if age > EMPTY_AFTER_S:
+            log.warning("removing %s, left %.0f s ago by a waiter killed while it took over a stale lock", breaker, age)
+            breaker.unlink(missing_ok=True)
+
     def _break_if_stale(self) -> bool:
         """Remove a stale lock, one process at a time; True when it was removed."""
         if not self._stale():
@@ -263,6 +276,7 @@ class _FileLock:
         try:
             fd = os.open(breaker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
+            self._clear_abandoned(breaker)
             return False  # another process is breaking it
         try:
             os.close(fd)
