@@ -20,7 +20,7 @@ $(VENV)/.torch: $(VENV)/.created
 
 # constraints.txt: the versions the tests last passed with (a new transformers release once broke CI overnight).
 $(VENV)/.installed: $(VENV)/.torch pyproject.toml constraints.txt
-	$(PIP) install --quiet -c constraints.txt -e '.[dev,bm25,fast]'
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,bm25,fast,openvino]'
 	touch $@
 
 # After a deliberate upgrade inside .venv has passed make test: record the tested set.

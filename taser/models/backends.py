@@ -1,12 +1,14 @@
-"""Which engine runs encoding (inference only): PyTorch, or ONNX Runtime in float32 or with int8
-weights (`taser.models.onnx_backend`, the optional `fast` extra). Light: no torch, so config
+"""Which engine runs encoding (inference only): PyTorch; ONNX Runtime in float32 or with int8
+weights (`taser.models.onnx_backend`, the optional `fast` extra); or OpenVINO Runtime in float32, bf16
+or int8 (`taser.models.openvino_backend`, the optional `openvino` extra). Light: no torch, so config
 schemas can name the choice.
 
-`auto` picks, among the backends installed here, the one recorded fastest on CPU that passed the
-accuracy gate (`taser.evaluation.encoding_gate`; the rule: docs/encoding.md, "The accuracy gate"):
-`AUTO_ORDER` lists the backends that passed, fastest first, from `benchmarks/peers/encode_results.md`.
-Until a backend has passed there, `auto` is `torch`. A backend chosen by hand that did not pass (it
-failed, or the gate was undecided) says why when it loads. On a GPU, `auto` is always `torch`.
+`auto` picks, among the backends installed here, the fastest that passed the accuracy gate
+(`taser.evaluation.encoding_gate`; the rule: docs/encoding.md, "The accuracy gate") on this CPU kind,
+from the record the encoding benchmark writes per CPU kind (`taser.models.backend_choice`); on a CPU
+kind with no record, the fastest exact (float32) backend. It logs which and why. A backend chosen by
+hand that did not pass on this CPU kind (it failed, or the gate was undecided) says why when it
+loads. On a GPU, `auto` is always `torch`.
 """
 
 from __future__ import annotations
@@ -25,29 +27,9 @@ class Backend(Choice):
     onnx_int8 = "onnx_int8"  # ONNX Runtime, int8 MatMul weights, dynamic activation quantisation (CPU)
     onnx_int8_static = "onnx_int8_static"  # ONNX Runtime, int8 MatMul weights and activations, ranges calibrated once (CPU)
     onnx_int8_qkv = "onnx_int8_qkv"  # onnx_int8, and the fused attention's QKV projection in int8 (QAttention) (CPU)
-
-
-
-# Speed, from benchmarks/peers/encode_results.md (AMD EPYC, AVX512, fp32, 2 cores; fused graphs): `onnx` 1.79x torch's
-# passages/s and 1.57x its questions/s; `onnx_int8` 1.88x / 1.73x, `onnx_int8_static` 1.97x / 1.47x, `onnx_int8_qkv`
-# 1.93x / 1.85x. Accuracy, from the gate with power in the same file (same machine, fp32 encoding; per-question paired
-# tests against torch on a dpr and a taser trained 50 steps, docs/encoding.md "The accuracy gate"): `onnx` passes
-# (every one of the 1,971 questions and 1,953 squad-beir queries ties with torch). No int8 recipe has passed: static
-# int8 failed (taser top-1 -0.76 point), dynamic int8 and int8 QKV are undecided (their top-1 churn, 36-68 questions
-# differing, leaves 1,971 questions unable to see a top-1 loss under 1 point). So `auto` takes `onnx`.
-AUTO_ORDER: tuple[Backend, ...] = (Backend.onnx,)  # passed the accuracy gate and beat torch on CPU, fastest first
-FAILED_GATE: dict[Backend, str] = {  # backend -> why it has not passed the gate (failed, or undecided), as recorded
-    Backend.onnx_int8: "undecided by the accuracy gate with power: no significant loss on the trained dpr and taser (top-20 +0.00 / "
-    "-0.15 point), but its churn (36-51 questions differ in top-1) lets 1,971 questions see only top-1 losses >= 1.17 (dpr) / 0.99 "
-    "(taser) point, the taser's top-20 >= 0.59 and the dpr's nDCG@10 >= 0.0054, above the bounds 0.5 / 0.005 "
-    "(benchmarks/peers/encode_results.md)",
-    Backend.onnx_int8_static: "failed the accuracy gate: the trained taser's top-1 lost 0.76 point, beyond the bound 0.5 (one-sided "
-    "p 0.02, Holm 0.10); its other checks undecided (benchmarks/peers/encode_results.md)",
-    Backend.onnx_int8_qkv: "undecided by the accuracy gate with power: no significant loss on the trained dpr and taser (top-20 +0.00 / "
-    "-0.36 point, Holm p 0.28), but its churn (57-68 questions differ in top-1) lets 1,971 questions see only top-1 losses >= 1.35 "
-    "(dpr) / 1.24 (taser) point, the taser's top-20 >= 0.59 and nDCG@10 >= 0.0061 / 0.0058, above the bounds 0.5 / 0.005 "
-    "(benchmarks/peers/encode_results.md)",
-}
+    openvino = "openvino"  # OpenVINO Runtime, float32 (CPU)
+    openvino_bf16 = "openvino_bf16"  # OpenVINO Runtime, computed in bf16 (CPUs with native bf16)
+    openvino_int8 = "openvino_int8"  # OpenVINO Runtime, int8 weights and activations by NNCF, ranges calibrated once (CPU)
 
 
 # How each ONNX backend's graphs are made, (name, version) (`taser.models.onnx_backend`): a graph cache,
@@ -59,10 +41,17 @@ FAILED_GATE: dict[Backend, str] = {  # backend -> why it has not passed the gate
 # static int8 1: recipe int8 3's MatMuls (FFN down-projections and the attention's QKV float32), int8 activations with
 # ranges calibrated (MinMax) on taser.models.calibration_texts, the digest of those texts recorded beside the graphs.
 # int8 QKV 1: recipe int8 3 and the fused attentions as QAttention (int8 QKV projection).
+# OpenVINO 1 (`taser.models.openvino_backend`): the PyTorch frontend's conversion of each side (SDPA attention), saved
+# uncompressed; int8 1: NNCF's post-training quantisation for transformers (its defaults), calibrated on the calibration texts.
 RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3),
                                            Backend.onnx_int8_static: ("fused static int8", 1),
-                                           Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 1)}
-ONNX_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES)  # those run by taser.models.onnx_backend: every backend with a recipe
+                                           Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 1),
+                                           Backend.openvino: ("OpenVINO float32", 1), Backend.openvino_bf16: ("OpenVINO bf16", 1),
+                                           Backend.openvino_int8: ("OpenVINO NNCF int8", 1)}
+ONNX_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("onnx"))  # run by taser.models.onnx_backend
+OPENVINO_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("openvino"))  # by taser.models.openvino_backend
+# the precision a backend's vectors are computed in, where it is its own (the ONNX graphs' float32, OpenVINO's stated precision)
+ENGINE_PRECISION: dict[str, str] = {**{b: "fp32" for b in ONNX_BACKENDS}, "openvino": "fp32", "openvino_bf16": "bf16", "openvino_int8": "fp32"}
 
 
 # what a manifest or an index records of how its vectors were computed (backend_record's keys, and the
@@ -71,12 +60,12 @@ RECORD_KEYS = ("backend", "backend_recipe", "precision")
 
 
 def vectors_precision(backend: Backend | str, precision: str, device) -> str:
-    """The precision the vectors are computed in: an ONNX Runtime graph's own (fp32), else `precision`
-    resolved for `device` (`taser.runtime.resolve_precision`)."""
+    """The precision the vectors are computed in: a CPU engine's own (`ENGINE_PRECISION`), else
+    `precision` resolved for `device` (`taser.runtime.resolve_precision`)."""
     from taser.runtime import resolve_precision
 
     backend = Backend.parse(backend, "backend")
-    return resolve_precision(precision, device) if backend == Backend.torch else "fp32"
+    return resolve_precision(precision, device) if backend == Backend.torch else ENGINE_PRECISION[str(backend)]
 
 
 def backend_record(backend: Backend | str) -> dict:
@@ -104,24 +93,53 @@ def onnx_available() -> bool:
     return True
 
 
+def openvino_available(backend: Backend | str = "openvino") -> bool:
+    """Whether an OpenVINO backend can run here: openvino to convert and run, and nncf to quantise (int8)."""
+    try:
+        import openvino  # noqa: F401
+
+        if str(backend) == "openvino_int8":
+            import nncf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def installed(backend: Backend) -> bool:
     if str(backend) in ONNX_BACKENDS:
         return onnx_available()
+    if str(backend) in OPENVINO_BACKENDS:
+        return openvino_available(backend)
     return True
+
+
+def _extra(backend: Backend) -> str:
+    if str(backend) in OPENVINO_BACKENDS:
+        return "pip install 'taser[openvino]' (openvino, and nncf for int8)"
+    return "pip install 'taser[fast]' (onnx and onnxruntime)"
 
 
 def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend:
     """The backend that will run: `auto` resolved; a backend that cannot run here refused with the reason."""
+    from taser.models import backend_choice
+
     backend = Backend.parse(backend, "backend")
     if backend == Backend.auto:
         if device_type != "cpu":
             return Backend.torch
-        return next((b for b in AUTO_ORDER if installed(b) and b not in FAILED_GATE), Backend.torch)
+        kind = backend_choice.this_cpu()
+        chosen, why = backend_choice.choose(kind, lambda b: installed(Backend(b)))
+        log.info("backend=auto -> %s: %s", chosen, why)
+        return Backend(chosen)
     if backend != Backend.torch:
         if device_type != "cpu":
             raise ValueError(f"backend={backend} runs on the CPU only; this run's device is {device_type} (use backend=torch or auto)")
         if not installed(backend):
-            raise ValueError(f"backend={backend} needs the optional extra: pip install 'taser[fast]' (onnx and onnxruntime)")
-        if backend in FAILED_GATE:
-            log.warning("backend=%s did not pass the accuracy gate on the recorded benchmark: %s", backend, FAILED_GATE[backend])
+            raise ValueError(f"backend={backend} needs the optional extra: {_extra(backend)}")
+        kind = backend_choice.this_cpu()
+        verdict = backend_choice.gate_of(str(backend), kind)
+        if verdict is None:
+            log.info("backend=%s has no accuracy-gate verdict recorded for %s (benchmarks/peers/encode.py records one)", backend, kind.describe())
+        elif verdict != backend_choice.PASSES:
+            log.warning("backend=%s did not pass the accuracy gate recorded for %s: %s", backend, kind.describe(), verdict)
     return backend

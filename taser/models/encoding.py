@@ -107,11 +107,13 @@ def device_of(model) -> torch.device:
 
 def encoding_runtime(model, precision: str) -> dict:
     """The runtime record of an encoding (precision resolved for the device, the hardware) with its
-    backend: an ONNX Runtime graph runs in its own precision (float32, or int8 weights), whatever `precision` says."""
+    backend: a CPU engine's graph runs in its own precision (`taser.models.backends.ENGINE_PRECISION`), whatever `precision` says."""
+    from taser.models.backends import ENGINE_PRECISION
+
     backend = getattr(model, "backend", "torch")
     runtime = precision_record(precision, device_of(model))
     if backend != "torch":
-        runtime["precision"] = "fp32"
+        runtime["precision"] = ENGINE_PRECISION[backend]
     return {**runtime, "backend": backend}
 
 

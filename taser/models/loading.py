@@ -87,11 +87,15 @@ def load_model(settings: ModelSettings | dict):
 
 def load_checkpoint(checkpoint: str | os.PathLike, device: str = "auto", backend: str = "torch"):
     """(model, tokenizer) of a taser checkpoint on `device`, as saved, for encoding. `backend`
-    (`taser.models.backends`): `torch`, or an ONNX Runtime encoder with the same `encode`."""
-    from taser.models.backends import Backend, resolve_backend
+    (`taser.models.backends`): `torch`, or an ONNX Runtime or OpenVINO encoder with the same `encode`."""
+    from taser.models.backends import OPENVINO_BACKENDS, Backend, resolve_backend
 
     target = pick_device(device)
     chosen = resolve_backend(backend, target.type)
+    if str(chosen) in OPENVINO_BACKENDS:
+        from taser.models.openvino_backend import load_openvino_encoder
+
+        return load_openvino_encoder(checkpoint, str(chosen)), load_tokenizer(checkpoint)
     if chosen != Backend.torch:
         from taser.models.onnx_backend import load_onnx_encoder
 

@@ -38,6 +38,8 @@ def dispatch(routing: Routing, num_experts: int, run: Callable[[int, torch.Tenso
     output row per index, in order.
     """
     choice = routing.choice
+    if torch.jit.is_tracing():
+        return _dispatch_traced(routing, num_experts, run)
     order = torch.argsort(choice, stable=True)
     counts = torch.bincount(choice, minlength=num_experts).tolist()
     outputs = [run(e, idx) for e, idx in enumerate(order.split(counts)) if idx.numel()]
@@ -48,6 +50,23 @@ def dispatch(routing: Routing, num_experts: int, run: Callable[[int, torch.Tenso
         gate = routing.gate.index_select(0, order).to(y.dtype)
         y = y * gate.view(-1, *([1] * (y.dim() - 1)))
     return torch.empty_like(y).index_copy_(0, order, y)
+
+
+def _dispatch_traced(routing: Routing, num_experts: int, run: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """`dispatch` as a graph export (ONNX, OpenVINO: a traced pass) can hold it: the split by expert
+    counts is data-dependent, and a trace would freeze the example's counts into the graph. Every
+    expert runs on every unit instead, and each unit keeps its own expert's output (same values,
+    `num_experts` times the compute of the routed sub-layers)."""
+    choice = routing.choice
+    every = torch.arange(choice.numel(), device=choice.device)
+    y = None
+    for e in range(num_experts):
+        out = run(e, every)
+        keep = (choice == e).view(-1, *([1] * (out.dim() - 1)))
+        y = torch.where(keep, out, torch.zeros_like(out)) if y is None else torch.where(keep, out, y)
+    if routing.gate is not None:
+        y = y * routing.gate.to(y.dtype).view(-1, *([1] * (y.dim() - 1)))
+    return y
 
 
 def per_token(routing: Routing, row_ids: torch.Tensor) -> Routing:

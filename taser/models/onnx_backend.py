@@ -15,72 +15,36 @@ the padding mask as each row's length: inputs must be right-padded (`OnnxEncoder
 Each side is its own graph from token ids and attention mask to the final vector (encoder, TASER's
 expert for that side, pooling and normalisation): TASER's question and passage experts are fixed in
 their graph, as `BiEncoder.encode(..., side)` fixes them. The graphs are cached beside the
-checkpoint, in `<checkpoint>/.backends/<backend>/` (or under `~/.cache/taser/backends/` when the
-checkpoint's directory cannot be written), with the identity of the weights they came from
-(`backend.json`): a second run loads them at once; a cache written for other weights (the checkpoint
-retrained in place, a directory copied) is refused and rebuilt.
-
-`OnnxEncoder` has the encoding surface of `BiEncoder` (`config`, `encoder_config`,
-`encode(input_ids, attention_mask, side)`), so `taser.models.encoding` runs either.
+checkpoint (`taser.models.graph_cache`), and `OnnxEncoder` has the encoding surface of `BiEncoder`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from taser.io import atomic_dir
 from taser.models.backends import ONNX_BACKENDS, RECIPES, onnx_available  # noqa: F401 (onnx_available: part of this module's interface)
+from taser.models.graph_cache import META_FILE, SIDES, GraphEncoder, Side, cache_root, calibration_digest, encoders, stale_reason, weights_digest
 
 log = logging.getLogger(__name__)
 
-SIDES = ("question", "passage")
-CACHE_DIR = ".backends"
-META_FILE = "backend.json"
 OPSET = 17
-
-
-def weights_digest(checkpoint: str | os.PathLike) -> str:
-    """A digest of the checkpoint's weights and config (every byte: a graph is only as right as its weights)."""
-    digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors"):
-        with open(Path(checkpoint) / name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()[:24]
-
-
-class _Side(nn.Module):
-    """One side of a bi-encoder as a module from (input_ids, attention_mask) to vectors."""
-
-    def __init__(self, model, side: str):
-        super().__init__()
-        self.model, self.side = model, side
-
-    def forward(self, input_ids, attention_mask):
-        return self.model.encode(input_ids, attention_mask, self.side)
-
-
-def _encoders(model) -> list[nn.Module]:
-    return [e for e in (model.question_encoder, model.passage_encoder) if e is not None]
 
 
 def export_side(model, side: str, path: Path) -> None:
     """`model`'s `side` encoder as an ONNX graph at `path` (batch and length dynamic), in float32,
     padded, with the explicit attention (see the module's docstring)."""
     model = model.float().cpu().eval()
-    unpad, attention = model.unpad, [e.config._attn_implementation for e in _encoders(model)]
+    unpad, attention = model.unpad, [e.config._attn_implementation for e in encoders(model)]
     try:
         model.unpad = False  # the padded path: no data-dependent shapes in the graph
-        for encoder in _encoders(model):
+        for encoder in encoders(model):
             encoder.set_attn_implementation("eager")
             if encoder.config._attn_implementation != "eager":  # transformers only warns when a model cannot switch
                 raise ValueError(f"{type(encoder).__name__} cannot switch to the explicit (eager) attention the ONNX export needs")
@@ -89,13 +53,13 @@ def export_side(model, side: str, path: Path) -> None:
         mask = torch.ones((2, length), dtype=torch.long)
         mask[1, length // 2 :] = 0
         with torch.no_grad():
-            torch.onnx.export(_Side(model, side), (ids, mask), str(path), dynamo=False, opset_version=OPSET,
+            torch.onnx.export(Side(model, side), (ids, mask), str(path), dynamo=False, opset_version=OPSET,
                               input_names=["input_ids", "attention_mask"], output_names=["vectors"],
                               dynamic_axes={"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"},
                                             "vectors": {0: "batch"}})  # fmt: skip
     finally:
         model.unpad = unpad
-        for encoder, name in zip(_encoders(model), attention):
+        for encoder, name in zip(encoders(model), attention):
             encoder.set_attn_implementation(name)
 
 
@@ -173,13 +137,6 @@ def calibration_feeds(tokenizer, config, side: str, texts=None, batch_size: int 
     return feeds
 
 
-def calibration_digest() -> str:
-    """A digest of the shipped calibration texts (a cache calibrated on others is rebuilt)."""
-    from taser.models import calibration_texts
-
-    return hashlib.sha256(json.dumps([calibration_texts.questions(), calibration_texts.passages()]).encode()).hexdigest()[:16]
-
-
 def quantize_int8_static(source: Path, target: Path, feeds: list[dict], keep_float: list[str] = (), quant_format: str = STATIC_FORMAT) -> None:
     """int8 weights and activations of the MatMuls with the activations' ranges calibrated once
     (MinMax over `feeds`) instead of measured per batch: static quantisation. Unsigned weights and
@@ -218,18 +175,6 @@ def quantize_int8_static(source: Path, target: Path, feeds: list[dict], keep_flo
         inferred.unlink(missing_ok=True)
 
 
-def _cache_root(checkpoint: Path, backend: str) -> Path:
-    beside = checkpoint / CACHE_DIR / backend
-    try:
-        beside.parent.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=beside.parent, delete=True)
-        probe.close()
-        return beside
-    except OSError:
-        key = hashlib.sha256(str(checkpoint.resolve()).encode()).hexdigest()[:16]
-        return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "taser" / "backends" / key / backend
-
-
 def _versions() -> dict:
     import onnxruntime
 
@@ -244,24 +189,17 @@ def prepare_graphs(checkpoint: str | os.PathLike, backend: str) -> Path:
         raise ValueError(f"no ONNX graphs for backend {backend!r}: the ONNX backends are {', '.join(ONNX_BACKENDS)}")
     backend = str(backend)
     checkpoint = Path(checkpoint)
-    root = _cache_root(checkpoint, backend)
+    root = cache_root(checkpoint, backend)
     identity = weights_digest(checkpoint)
-    recipe_name, recipe = RECIPES[backend]
+    recipe = RECIPES[backend][1]
     calibration = calibration_digest() if backend == "onnx_int8_static" else None
-    meta_path = root / META_FILE
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        made_by = meta.get("recipe", 1)
-        # a cache without parameter counts predates them: rebuilt, so loading never needs the weights in PyTorch
-        complete = "parameters" in meta and "fused" in meta and all((root / f"{side}.onnx").is_file() for side in SIDES)
-        same = meta.get("identity") == identity and made_by == recipe and meta.get("calibration") == calibration
-        if same and complete:
-            log.info("%s backend: graphs of %s reused from %s", backend, checkpoint, root)
-            return root
-        why = (f"made by recipe {made_by}, this version makes {recipe_name} recipe {recipe}" if made_by != recipe
-               else f"written for other weights (identity {meta.get('identity')}, the checkpoint's is {identity})" if meta.get("identity") != identity
-               else f"calibrated on other texts (digest {meta.get('calibration')}, the shipped texts' is {calibration})"
-               if meta.get("calibration") != calibration else "incomplete")  # fmt: skip
+    why = stale_reason(root, identity, RECIPES[backend], calibration, [f"{side}.onnx" for side in SIDES])
+    if why is None and "fused" not in json.loads((root / META_FILE).read_text()):
+        why = "incomplete"  # written before the fusions were recorded
+    if why is None:
+        log.info("%s backend: graphs of %s reused from %s", backend, checkpoint, root)
+        return root
+    if why != "absent":
         log.warning("%s backend: the cache %s was %s: exporting again", backend, root, why)
     from taser.models.biencoder import BiEncoder, load_tokenizer
     from taser.models.params import parameter_report
@@ -305,11 +243,8 @@ def _session(path: Path, threads: int | None):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-class OnnxEncoder:
+class OnnxEncoder(GraphEncoder):
     """A checkpoint's two sides as ONNX Runtime sessions, with `BiEncoder`'s encoding surface."""
-
-    training = False
-    device = torch.device("cpu")
 
     def __init__(self, config, encoder_config, root: Path, backend: str, parameter_counts: dict, threads: int | None = None,
                  fused: dict | None = None):
@@ -328,17 +263,6 @@ class OnnxEncoder:
                              f"row {row} of the batch has a pad before a token: {mask[row].tolist()}")  # fmt: skip
         feed = {"input_ids": input_ids.cpu().numpy().astype(np.int64), "attention_mask": mask}
         return torch.from_numpy(self.sessions[side].run(["vectors"], feed)[0])
-
-    def eval(self) -> OnnxEncoder:
-        return self
-
-    def train(self, mode: bool = True) -> OnnxEncoder:
-        return self
-
-    def to(self, device) -> OnnxEncoder:
-        if torch.device(device).type != "cpu":
-            raise ValueError(f"the {self.backend} backend runs on the CPU; use backend=torch on {device}")
-        return self
 
 
 def load_onnx_encoder(checkpoint: str | os.PathLike, backend: str) -> OnnxEncoder:

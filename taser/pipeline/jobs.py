@@ -95,7 +95,7 @@ class EncodeJob:
     num_shards: int | None = None  # None: torchrun's WORLD_SIZE (1 outside torchrun)
     batch_size: int | None = None  # None: one that fits the device (64 on a CPU)
     precision: Precision = Precision.auto
-    backend: Backend = Backend.torch  # torch; onnx, onnx_int8, onnx_int8_static, onnx_int8_qkv (CPU, the `fast` extra); auto (taser.models.backends)
+    backend: Backend = Backend.torch  # torch; onnx* (CPU, the `fast` extra); openvino* (CPU, the `openvino` extra); auto (taser.models.backends)
     chunk_size: int = 10_000  # passages per resumable chunk
     dtype: VectorDtype = VectorDtype.float32  # float16 halves the disk; indexes read float32
     offsets_cache: str | None = None  # keeps the passages file's row index for the next shard (large corpora)

@@ -1,0 +1,171 @@
+"""The OpenVINO backends of encoding (float32, bf16, NNCF int8): vectors within tolerance of PyTorch's
+for `dpr`, `shared` and `taser` (deterministic and learned routing), each side a model of its own that
+holds only its own experts; the precision stated, not OpenVINO's CPU default; the models cached beside
+the checkpoint and rebuilt for other weights, recipes or calibration texts; a clear refusal where the
+package or the CPU's bf16 is missing."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_model_cfg
+
+from taser.models import backends
+from taser.models.encoding import encode_texts, encoding_runtime
+from taser.models.graph_cache import CACHE_DIR, META_FILE
+from taser.models.loading import load_checkpoint, load_model
+from taser.models.openvino_backend import openvino_available
+from taser.runtime import cpu_has_native_bf16
+
+pytestmark = pytest.mark.skipif(not openvino_available("openvino_int8"), reason="the openvino extra is not installed")
+
+QUESTIONS = ["who wrote the origin of species?", "when did the berlin wall fall", "what is the capital city of a country that has a very long name?"]
+PASSAGES = [("Charles Darwin", "On the Origin of Species was published in 1859 by Charles Darwin."), ("Berlin", "The wall fell in 1989."),
+            ("Capitals", "Many capitals are named after rivers, saints and kings; some names are long and some are short, as this text is.")]
+# largest absolute difference from PyTorch's fp32 vectors (these tiny models' entries reach 3.1). Measured here (AMD EPYC,
+# AVX512, native bf16), largest over the model types and sides: openvino 4.8e-7, openvino_bf16 0.00086, openvino_int8 0.027.
+TOLERANCE = {"openvino": 1e-4, "openvino_bf16": 0.005, "openvino_int8": 0.06}
+needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="openvino_bf16 needs a CPU with native bf16 (its refusal is tested)")
+
+
+def _checkpoint(tmp_path, pretrained, model_type, seed=0, **extra):
+    torch.manual_seed(seed)
+    model, tokenizer = load_model(tiny_model_cfg(pretrained, model_type, **extra))
+    with torch.no_grad():  # TASER's experts start as copies of one FFN: make them differ, as trained ones do
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    path = tmp_path / model_type
+    model.save(path, tokenizer)
+    return path
+
+
+def _side_matmul_weights(model, side: str) -> int:
+    """The weights of the linear layers a side's vector needs: its encoder's (not the pooler, which [CLS]
+    and mean pooling skip), and of TASER's experts its own side's only."""
+    other_expert = f"experts.{1 - {'question': 0, 'passage': 1}[side]}."
+    encoder = "passage_encoder." if side == "passage" and model.passage_encoder is not None else "question_encoder."
+    linears = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name.startswith(encoder)
+               and "pooler" not in name and other_expert not in f"{name}." and "router" not in name]
+    return sum(m.weight.numel() for m in linears)
+
+
+MODELS = {"dpr": ("dpr", {}), "shared": ("shared", {"pooling": "mean", "normalize": True}), "taser": ("taser", {"taser": {"specialize_every": 1}}),
+          "taser-learned-token": ("taser", {"taser": {"specialize_every": 1, "routing": "learned_token"}})}
+# every model in float32; bf16 and int8 on the two-encoder and the specialised model (each conversion of int8 takes seconds)
+CASES = [("openvino", m) for m in MODELS] + [(b, m) for b in ("openvino_bf16", "openvino_int8") for m in ("dpr", "taser")]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, tiny_pretrained):
+    """One checkpoint per model, made when first asked for: the cases share it (and its cached models)."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            model_type, extra = MODELS[name]
+            made[name] = _checkpoint(tmp_path_factory.mktemp(name), tiny_pretrained, model_type, **extra)
+        return made[name]
+
+    return get
+
+
+@pytest.mark.parametrize("backend, name", [pytest.param(b, m, marks=needs_bf16 if b == "openvino_bf16" else (), id=f"{b}-{m}") for b, m in CASES])
+def test_vectors_match_torch(checkpoints, backend, name):
+    model_type, extra = MODELS[name]
+    path = checkpoints(name)
+    model, tokenizer = load_checkpoint(path, "cpu")
+    model.eval()
+    fast, _ = load_checkpoint(path, "cpu", backend=backend)
+    for side, texts in (("question", QUESTIONS), ("passage", PASSAGES)):
+        exact = encode_texts(model, tokenizer, texts, side, batch_size=2, precision="fp32")
+        got = encode_texts(fast, tokenizer, texts, side, batch_size=2, precision="fp32")
+        assert got.shape == exact.shape and got.dtype == np.float32
+        assert np.abs(got - exact).max() <= TOLERANCE[backend], (side, np.abs(got - exact).max())
+    ids = tokenizer(["the same text"], return_tensors="pt")
+    if model_type == "taser" and "routing" not in extra["taser"]:  # each side runs its own expert: the question model on passages gives other vectors
+        q = fast.encode(ids["input_ids"], ids["attention_mask"], "question")
+        assert not torch.allclose(q, fast.encode(ids["input_ids"], ids["attention_mask"], "passage"), atol=1e-3)
+    meta = json.loads((path / CACHE_DIR / backend / META_FILE).read_text())
+    assert meta["backend"] == backend and meta["recipe"] == backends.RECIPES[backends.Backend(backend)][1]
+    if backend == "openvino" and "routing" not in extra.get("taser", {}):  # each side's model holds its own weights only (TASER: its experts)
+        assert meta["matmul_weights"] == {side: _side_matmul_weights(model, side) for side in ("question", "passage")}
+
+
+def test_each_backend_states_its_precision_instead_of_openvinos_cpu_default(checkpoints):
+    path = checkpoints("dpr")
+    for backend, hint in (("openvino", "f32"), ("openvino_int8", "f32")) + ((("openvino_bf16", "bf16"),) if cpu_has_native_bf16() else ()):
+        fast, _ = load_checkpoint(path, "cpu", backend=backend)
+        assert {c.get_property("INFERENCE_PRECISION_HINT").to_string() for c in fast.compiled.values()} == {hint}
+        want = "bf16" if backend == "openvino_bf16" else "fp32"
+        assert encoding_runtime(fast, "auto")["precision"] == want == backends.vectors_precision(backend, "auto", torch.device("cpu"))
+        assert encoding_runtime(fast, "auto")["backend"] == backend
+
+
+def test_bf16_is_refused_on_a_cpu_without_native_bf16(tmp_path, tiny_pretrained, monkeypatch):
+    import taser.runtime
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    monkeypatch.setattr(taser.runtime, "cpu_has_native_bf16", lambda: False)
+    with pytest.raises(ValueError, match="backend=openvino_bf16 computes in bf16.*no native instructions.*Use backend=openvino"):
+        load_checkpoint(path, "cpu", backend="openvino_bf16")
+    assert not (path / CACHE_DIR / "openvino_bf16").exists()  # refused before any conversion
+
+
+def test_cache_is_reused_and_rebuilt_for_other_weights_recipes_and_calibration_texts(tmp_path, tiny_pretrained, checkpoints, monkeypatch, caplog):
+    import shutil
+
+    from taser.models.graph_cache import SIDES, calibration_digest, stale_reason, weights_digest
+
+    path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
+    load_checkpoint(path, "cpu", backend="openvino")
+    cache = path / CACHE_DIR / "openvino"
+    first = (cache / "question.bin").stat().st_mtime_ns
+    load_checkpoint(path, "cpu", backend="openvino")
+    assert (cache / "question.bin").stat().st_mtime_ns == first  # reused, not converted again
+    caplog.set_level("WARNING")
+    monkeypatch.setitem(backends.RECIPES, backends.Backend.openvino, ("OpenVINO float32", 99))
+    load_checkpoint(path, "cpu", backend="openvino")
+    assert "made by recipe 1, this version makes OpenVINO float32 recipe 99" in caplog.text and (cache / "question.bin").stat().st_mtime_ns != first
+    other = _checkpoint(tmp_path / "other", tiny_pretrained, "dpr", seed=1)
+    shutil.copytree(path / CACHE_DIR, other / CACHE_DIR)
+    fast, tokenizer = load_checkpoint(other, "cpu", backend="openvino")
+    assert "written for other weights" in caplog.text
+    model, _ = load_checkpoint(other, "cpu")
+    ids = tokenizer(["who?"], return_tensors="pt")
+    torch.testing.assert_close(fast.encode(ids["input_ids"], ids["attention_mask"], "question"),
+                               model.eval().encode(ids["input_ids"], ids["attention_mask"], "question"), atol=TOLERANCE["openvino"], rtol=0)
+    # int8 records the calibration texts it was calibrated on: other texts would rebuild it
+    shared = checkpoints("dpr")
+    load_checkpoint(shared, "cpu", backend="openvino_int8")
+    root = shared / CACHE_DIR / "openvino_int8"
+    assert json.loads((root / META_FILE).read_text())["calibration"] == calibration_digest()
+    files = [f"{side}.{ext}" for side in SIDES for ext in ("xml", "bin")]
+    identity, recipe = weights_digest(shared), backends.RECIPES[backends.Backend.openvino_int8]
+    assert stale_reason(root, identity, recipe, calibration_digest(), files) is None
+    assert stale_reason(root, identity, recipe, "other-texts", files).startswith("calibrated on other texts")
+
+
+def test_int8_quantises_the_matrix_products(checkpoints):
+    import openvino as ov
+
+    path = checkpoints("taser")
+    load_checkpoint(path, "cpu", backend="openvino_int8")
+    for side in ("question", "passage"):
+        converted = ov.Core().read_model(str(path / CACHE_DIR / "openvino_int8" / f"{side}.xml"))
+        ops = [op.get_type_name() for op in converted.get_ops()]
+        int8 = [op for op in converted.get_ops() if op.get_type_name() == "Constant" and op.get_output_element_type(0).get_type_name() in ("i8", "u8")]
+        assert ops.count("FakeQuantize") >= ops.count("MatMul") > 0 and len(int8) >= 4 * 2, (ops.count("FakeQuantize"), ops.count("MatMul"), len(int8))
+
+
+def test_missing_package_is_refused_with_the_extra_to_install(monkeypatch):
+    import sys
+
+    for name in ("openvino", "nncf"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it now fails, as where it is not installed
+    for backend in ("openvino", "openvino_bf16", "openvino_int8"):
+        assert not backends.installed(backends.Backend(backend))
+        with pytest.raises(ValueError, match=r"backend=openvino\S* needs the optional extra: pip install 'taser\[openvino\]'"):
+            backends.resolve_backend(backend, "cpu")
+    monkeypatch.delitem(sys.modules, "openvino")
+    assert backends.installed(backends.Backend.openvino) and not backends.installed(backends.Backend.openvino_int8)  # int8 needs nncf
