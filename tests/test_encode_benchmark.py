@@ -45,15 +45,19 @@ def test_accuracy_ranks_by_dot_product_and_scores_beir_per_query(bench, tmp_path
     np.save(tmp_path / "passages.npy", p)
     np.save(tmp_path / "questions.npy", q)
     # the BEIR queries are questions 0 and 1, their gold passages 1 and 2: ranks 1 and 2
-    prepared = {"beir": {"queries": ["0", "1"], "rows": [0, 1], "qrels": {"0": {"1": 1}, "1": {"2": 1}}, "passage_ids": ["0", "1", "2"]}}
-    out, per_question = bench.accuracy(tmp_path, bench.AnswerCache(qa, passages), prepared)
+    beir = {"queries": ["train-0", "dev-0"], "rows": [0, 1], "evaluation": [False, True], "qrels": {"train-0": {"1": 1}, "dev-0": {"2": 1}},
+            "passage_ids": ["0", "1", "2"]}
+    out, per_question = bench.accuracy(tmp_path, bench.AnswerCache(qa, passages), {"beir": beir, "evaluation_rows": [0, 1, 2]})
     assert out["top1"] == pytest.approx(100 / 3) and out["top5"] == pytest.approx(200 / 3) and out["top100"] == pytest.approx(200 / 3)
     assert per_question["top-1"].tolist() == [100.0, 0.0, 0.0] and per_question["top-20"].tolist() == [100.0, 100.0, 0.0]
     assert per_question["nDCG@10"] == pytest.approx([1.0, 1 / np.log2(3)])
-    assert out["ndcg10"] == pytest.approx((1 + 1 / np.log2(3)) / 2)
+    assert out["ndcg10"] == pytest.approx(1 / np.log2(3))  # the table's figures: evaluation questions only
+    # question 0 a training question: the figures leave it out, the gate's outcomes keep it
+    out, again = bench.accuracy(tmp_path, bench.AnswerCache(qa, passages), {"beir": beir, "evaluation_rows": [1, 2]})
+    assert out["top1"] == 0.0 and out["top20"] == pytest.approx(50.0) and again["top-1"].tolist() == per_question["top-1"].tolist()
 
 
-def test_squad_beir_is_one_query_per_question_with_its_gold_passage(bench, mini_squad, tmp_path):
+def test_squad_beir_is_one_query_per_question_of_both_splits_with_its_gold_passage(bench, mini_squad, tmp_path):
     import json
     import shutil
 
@@ -63,20 +67,51 @@ def test_squad_beir_is_one_query_per_question_with_its_gold_passage(bench, mini_
 
     data = tmp_path / "data"
     shutil.copytree(mini_squad, data)
-    passages, qa = list(read_passages(data / "passages.tsv")), list(read_qa(data / "dev.qa.tsv"))
-    records = json.loads((data / "dev.json").read_text())
-    got = bench.squad_beir(data, passages, qa)
+    passages = list(read_passages(data / "passages.tsv"))
+    by_split = {split: list(read_qa(data / f"{split}.qa.tsv")) for split in bench.SPLITS}
+    qa, offsets = by_split["train"] + by_split["dev"], {"train": 0, "dev": len(by_split["train"])}
+    counts = {split: len(by_split[split]) for split in bench.SPLITS}
+    records = {split: json.loads((data / f"{split}.json").read_text()) for split in bench.SPLITS}
+    got = bench.squad_beir(data, passages, qa, offsets, counts)
     files = beir_files(data / "squad-beir")
     assert [d.id for d in read_beir_corpus(files.corpus)] == [p.id for p in passages] == got["passage_ids"]
     queries, qrels = read_beir_split(files)
-    assert len(queries) == len(records) == len(got["queries"]) and len(qa) >= len(records)
-    for qid, record in zip(got["queries"], records):
-        assert queries[qid] == qa[int(qid)].question == record["question"]  # its id: the question's position in dev.qa.tsv
+    every = records["train"] + records["dev"]
+    assert len(queries) == len(every) == len(got["queries"]) and len(records["train"]) > 0 and len(records["dev"]) > 0
+    for qid, row, evaluation, record in zip(got["queries"], got["rows"], got["evaluation"], every):
+        split, position = qid.rsplit("-", 1)
+        assert queries[qid] == qa[row].question == by_split[split][int(position)].question == record["question"]
+        assert row == offsets[split] + int(position) and evaluation == (split == "dev")
         assert qrels[qid] == {record["positive_ctxs"][0]["passage_id"]: 1}
-    assert got["rows"] == [int(qid) for qid in got["queries"]]
     # with --limit, only queries whose question and gold passage are kept
-    few = bench.squad_beir(data, passages[:5], qa[:10])
-    assert all(int(qid) < 10 and set(few["qrels"][qid]) <= {p.id for p in passages[:5]} for qid in few["queries"])
+    few = bench.squad_beir(data, passages[:5], qa[:10] + by_split["dev"][:10], {"train": 0, "dev": 10}, {"train": 10, "dev": 10})
+    assert few["queries"] and all(int(qid.rsplit("-", 1)[1]) < 10 and set(few["qrels"][qid]) <= {p.id for p in passages[:5]} for qid in few["queries"])
+
+
+def test_the_run_records_this_cpu_kinds_speeds_and_verdicts_for_auto(bench, tmp_path, monkeypatch):
+    import json
+
+    from taser.evaluation.encoding_gate import judge
+    from taser.models import backend_choice
+
+    kind = backend_choice.CpuKind("Test CPU", "AVX2", False)
+    monkeypatch.setattr(backend_choice, "this_cpu", lambda: kind)
+    other = {"cpu": "Other", "capability": "AVX512", "native_bf16": True, "backends": {}}
+    path = tmp_path / "backend_speeds.json"
+    old = {"cpu": "Test CPU", "capability": "AVX2", "native_bf16": False,
+           "backends": {"onnx_int8": {"passages_per_s": 9.0, "questions_per_s": 90, "gate": "fails: old"}}}
+    path.write_text(json.dumps({"about": "x", "kinds": [other, old]}))
+    speed = [{"library": lib, "setting": s, "passages_per_s": p * f, "questions_per_s": 10 * p * f}
+             for f in (1.0, 0.5, 2.0) for lib, s, p in (("taser", "torch", 40), ("taser", "openvino", 100), ("sentence-transformers", "onnx", 70))]
+    same = np.full(20, 100.0)
+    verdicts = [judge("openvino", {("dpr", "top-1"): (same, same)})]
+    entry = bench.record_cpu_kind(speed, verdicts, path)
+    record = json.loads(path.read_text())
+    assert record["kinds"][0] == other and record["kinds"][1] == entry and len(record["kinds"]) == 2  # replaced, the other kept
+    assert entry["backends"]["torch"] == {"passages_per_s": 40.0, "questions_per_s": 400, "gate": "passes"}
+    assert entry["backends"]["openvino"]["passages_per_s"] == 100.0 and entry["backends"]["openvino"]["gate"].startswith("undecided")
+    assert entry["backends"]["onnx_int8"]["gate"] == "fails: old" and "onnx" not in entry["backends"]  # not timed: kept; a peer: never
+    assert entry["gate_questions"] == 20 and backend_choice.choose(kind, lambda b: True, tuple(record["kinds"]))[0] == "torch"
 
 
 def test_a_section_this_run_does_not_write_is_kept(bench, tmp_path):

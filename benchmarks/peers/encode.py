@@ -8,8 +8,10 @@ and the accuracy gate that decides what `backend=auto` may pick (issue 35).
     python benchmarks/peers/encode.py --taser-speed-only       # taser's backends alone, side by side (no peers, no gate)
 
 Speed: the shipped all-MiniLM-L6-v2 (mean pooling, unit vectors) encodes the SQuAD protocol's
-2,141 passages and 1,971 dev questions in every setting: taser's backends (`torch`, `onnx`,
-`onnx_int8`, `onnx_int8_static`, `onnx_int8_qkv`) and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
+2,141 passages and every shipped question (the 6,924 training questions of the first 30 articles
+and the 1,971 evaluation questions, 8,895) in every setting: taser's backends (`torch`, `onnx`,
+`onnx_int8`, `onnx_int8_static`, `onnx_int8_qkv`, `openvino`, `openvino_bf16` where the CPU has
+native bf16, `openvino_int8`) and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
 O3, onnx int8, openvino, openvino int8, each built with its own helpers, in its own environment).
 Same texts, batch 64, max 256 tokens, the threads each library takes by default (all cores).
 Each setting is its own process (peak memory is its own); a round runs every setting once, and
@@ -19,12 +21,19 @@ exporting are timed apart from encoding.
 
 Accuracy and the gate (`taser.evaluation.encoding_gate`; the rule: docs/encoding.md, "The accuracy
 gate"): a trained `dpr` and `taser` (T=2) in each taser backend, against taser's `torch`, per
-question: top-1 and top-20 on the protocol's 1,971 evaluation questions (exact search over the
-vectors, DPR's answer match), and nDCG@10 on `squad-beir`, a BEIR-format set written from the same
-files (the 2,141 passages; one query per evaluation question with a gold passage, 1,953; that
-passage relevant). The table adds top-5/100, the zero-shot MiniLM in every setting that ran (not
-gated), and each setting's median cosine to its library's torch vectors. `--accuracy-only` runs
-the trained models in taser's backends alone and keeps the file's speed section from its run.
+question: top-1 and top-20 on all 8,895 shipped questions (exact search over the vectors, DPR's
+answer match), and nDCG@10 on `squad-beir`, a BEIR-format set written from the same files (the
+2,141 passages; one query per question with a gold passage; that passage relevant). The gate asks
+whether two encoders of the same model agree, not how well the model generalises, so the training
+questions serve as well as the evaluation ones. The accuracy table gives top-1/5/20/100 and nDCG@10
+on the evaluation questions alone, the zero-shot MiniLM in every setting that ran, and each
+setting's median cosine to its library's torch vectors; the zero-shot vectors of every setting are
+also judged against their own library's `torch` (the speed table's gate column for the peers).
+`--accuracy-only` runs the trained models in taser's backends alone and keeps the file's speed
+section from its run.
+
+A run with speed rounds and the gate writes this CPU kind's entry of `taser/models/backend_speeds.json`
+(each taser backend's median speeds and its verdict), which `backend=auto` reads.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from common import BASE_TRAIN, ROOT, command_line, machine_line, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
 
-TASER_BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv")
+TASER_BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv", "openvino", "openvino_bf16", "openvino_int8")
 PEER_SETTINGS = ("torch", "onnx", "onnx-O3", "onnx-int8", "openvino", "openvino-int8")
 MINILM = {"model_type": "shared", "pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
 TRAINED = {
@@ -52,6 +61,7 @@ TRAINED = {
     "taser": {**MINILM, "model_type": "taser", "taser": {"specialize_every": 2, "specialize": "ffn", "routing": "deterministic", "num_experts": 2}},
 }
 GATED_MODELS = ("dpr", "taser")
+SPLITS = ("train", "dev")  # the shipped questions: the training articles' and the evaluation articles'; the gate reads both
 GATED_METRICS = ("top-1", "top-20", "nDCG@10")
 SPEED, TASER_SPEED, ACCURACY, NOTES = "## Speed", "## taser's backends side by side", "## Accuracy and the gate", "## What limits the speed"
 SECTIONS = (SPEED, TASER_SPEED, ACCURACY, NOTES)  # in the file's order; a section this run does not write is kept from the earlier file
@@ -63,8 +73,8 @@ SECTIONS = (SPEED, TASER_SPEED, ACCURACY, NOTES)  # in the file's order; a secti
 def write_squad_beir(data_dir: Path, out: Path) -> Path:
     """`squad-beir`, a BEIR-format set from the protocol's files in `data_dir` (`prepare_squad`):
     corpus.jsonl: every passage of passages.tsv; queries.jsonl and qrels/test.tsv: one query per
-    evaluation question with a gold passage (dev.json's records), its id the question's 0-based
-    position in dev.qa.tsv (the per-question outcomes' id of a QA file), that passage relevant."""
+    question with a gold passage (train.json's and dev.json's records), its id `<split>-<i>` with i
+    the question's 0-based position in `<split>.qa.tsv`, that passage relevant."""
     from taser.data.json_stream import iter_json_array
     from taser.data.passages import read_passages
     from taser.data.qa import read_qa
@@ -73,25 +83,29 @@ def write_squad_beir(data_dir: Path, out: Path) -> Path:
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
         for passage in read_passages(data_dir / "passages.tsv"):
             f.write(json.dumps({"_id": passage.id, "title": passage.title, "text": passage.text}, ensure_ascii=False) + "\n")
-    questions = [x.question for x in read_qa(data_dir / "dev.qa.tsv")]
-    position, rows = 0, []
-    for record in iter_json_array(data_dir / "dev.json"):  # dev.qa.tsv's questions in order, those without a gold passage left out
-        while questions[position] != record["question"]:
+    rows = []
+    for split in SPLITS:
+        questions = [x.question for x in read_qa(data_dir / f"{split}.qa.tsv")]
+        position = 0
+        for record in iter_json_array(data_dir / f"{split}.json"):  # the QA file's questions in order, those without a gold passage left out
+            while questions[position] != record["question"]:
+                position += 1
+            rows.append((f"{split}-{position}", record["question"], record["positive_ctxs"][0]["passage_id"]))
             position += 1
-        rows.append((position, record["question"], record["positive_ctxs"][0]["passage_id"]))
-        position += 1
     with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
         for qid, question, _ in rows:
-            f.write(json.dumps({"_id": str(qid), "text": question}, ensure_ascii=False) + "\n")
+            f.write(json.dumps({"_id": qid, "text": question}, ensure_ascii=False) + "\n")
     (out / "qrels").mkdir(exist_ok=True)
     (out / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{qid}\t{pid}\t1\n" for qid, _, pid in rows))
     return out
 
 
-def squad_beir(data_dir: Path, passages: list, qa: list) -> dict:
-    """The `squad-beir` set, read back with taser's BEIR reader, as rows of the protocol's vectors:
-    {"queries": ids, "rows": each query's question row, "qrels", "passage_ids"}; with `--limit`, the
-    queries whose question and gold passage are both within the limit."""
+def squad_beir(data_dir: Path, passages: list, qa: list, offsets: dict[str, int], counts: dict[str, int]) -> dict:
+    """The `squad-beir` set, read back with taser's BEIR reader, as rows of the benchmark's question
+    vectors (`qa`: each split's questions from `offsets[split]`, `counts[split]` of them):
+    {"queries": ids, "rows": each query's question row, "evaluation": whether it is an evaluation
+    question, "qrels", "passage_ids"}; with `--limit`, the queries whose question and gold passage
+    are both within the limit."""
     from taser.data.beir import beir_files, read_beir_corpus, read_beir_split
 
     files = beir_files(write_squad_beir(data_dir, data_dir / "squad-beir"))
@@ -100,11 +114,17 @@ def squad_beir(data_dir: Path, passages: list, qa: list) -> dict:
         raise SystemExit("squad-beir's corpus is not passages.tsv in its order")
     queries, qrels = read_beir_split(files)
     known = set(corpus_ids)
-    kept = [qid for qid in queries if int(qid) < len(qa) and set(qrels[qid]) <= known]
-    for qid in kept:
-        if queries[qid] != qa[int(qid)].question:
-            raise SystemExit(f"squad-beir's query {qid} is not dev.qa.tsv's question {qid}")
-    return {"queries": kept, "rows": [int(qid) for qid in kept], "qrels": {qid: qrels[qid] for qid in kept}, "passage_ids": corpus_ids}
+    kept, rows = [], []
+    for qid in queries:
+        split, position = qid.rsplit("-", 1)
+        if int(position) < counts[split] and set(qrels[qid]) <= known:
+            row = offsets[split] + int(position)
+            if queries[qid] != qa[row].question:
+                raise SystemExit(f"squad-beir's query {qid} is not {split}.qa.tsv's question {position}")
+            kept.append(qid)
+            rows.append(row)
+    return {"queries": kept, "rows": rows, "evaluation": [qid.startswith("dev-") for qid in kept], "qrels": {qid: qrels[qid] for qid in kept},
+            "passage_ids": corpus_ids}
 
 
 def prepare(args) -> dict:
@@ -117,10 +137,13 @@ def prepare(args) -> dict:
     from taser.pipeline.train import run_training
 
     data = prepare_squad_with_bm25(args.work)
+    data_dir = Path(data["passages"]).parent
     texts = args.work / "texts"
     texts.mkdir(parents=True, exist_ok=True)
     passages = list(read_passages(data["passages"]))[: args.limit]
-    qa = list(read_qa(data["qa_file"]))[: args.limit]
+    by_split = {split: list(read_qa(data_dir / f"{split}.qa.tsv"))[: args.limit] for split in SPLITS}  # every shipped question
+    qa = [x for split in SPLITS for x in by_split[split]]
+    offsets = {split: sum(len(by_split[s]) for s in SPLITS[: SPLITS.index(split)]) for split in SPLITS}
     train = list(itertools.islice(iter_json_array(data["train_files"][0]), 150))
     calibration = [r["question"] for r in train] + [passage_string(p["title"], p["text"], "[SEP]") for r in train for p in r["positive_ctxs"][:1]]
     for name, values in {
@@ -147,7 +170,8 @@ def prepare(args) -> dict:
             run_training(model_cfg, data["train_files"], train_cfg, out)
         models[name] = out / "final"
     return {"texts": texts, "models": {k: str(v) for k, v in models.items()}, "passages": passages, "qa": qa,
-            "beir": squad_beir(Path(data["passages"]).parent, passages, qa)}
+            "evaluation_rows": list(range(offsets["dev"], offsets["dev"] + len(by_split["dev"]))), "counts": {s: len(by_split[s]) for s in SPLITS},
+            "beir": squad_beir(data_dir, passages, qa, offsets, {s: len(by_split[s]) for s in SPLITS})}
 
 
 # -- one taser run (a child process of this script) ---------------------------------------------
@@ -242,9 +266,10 @@ class AnswerCache:
 
 
 def accuracy(out: Path, answers: AnswerCache, prepared: dict) -> tuple[dict, dict]:
-    """(figures, per-question outcomes) of the vectors in `out`: top-k on the protocol's questions
-    (DPR's answer match) and nDCG@10 per query on `squad-beir` (the same vectors: its corpus is the
-    protocol's passages, its queries a subset of the questions)."""
+    """(figures, per-question outcomes) of the vectors in `out`: top-k (DPR's answer match) and
+    nDCG@10 per query on `squad-beir` (the same vectors: its corpus is the protocol's passages, its
+    queries the questions with a gold passage). The figures are of the evaluation questions; the
+    outcomes, which the gate reads, of every question."""
     import numpy as np
 
     from taser.evaluation.ir_metrics import per_query_metrics
@@ -254,7 +279,8 @@ def accuracy(out: Path, answers: AnswerCache, prepared: dict) -> tuple[dict, dic
     p, q = np.load(out / "passages.npy"), np.load(out / "questions.npy")
     top = np.argsort(-(q @ p.T), axis=1, kind="stable")[:, :100]
     ranks = [next((r + 1 for r, pi in enumerate(row) if answers(qi, int(pi))), None) for qi, row in enumerate(top)]  # lazily: stops at the first hit
-    scores = {f"top{k}": value for k, value in accuracy_from_ranks(ranks, (1, 5, 20, 100)).items()}
+    evaluation = prepared["evaluation_rows"]
+    scores = {f"top{k}": value for k, value in accuracy_from_ranks([ranks[i] for i in evaluation], (1, 5, 20, 100)).items()}
     records = qa_records([str(i) for i in range(len(ranks))], ranks)
     outcomes = {metric: metric_values(records, metric) for metric in GATED_METRICS if metric.startswith("top-")}
     beir = prepared["beir"]
@@ -266,7 +292,8 @@ def accuracy(out: Path, answers: AnswerCache, prepared: dict) -> tuple[dict, dic
     run = {qid: [(ids[j], float(sims[i, j])) for j in np.argsort(-sims[i], kind="stable")[:10]] for i, qid in enumerate(beir["queries"])}
     per_query = per_query_metrics(run, beir["qrels"], ks=(10,))
     outcomes["nDCG@10"] = np.array([per_query[qid]["nDCG@10"] for qid in beir["queries"]])
-    scores["ndcg10"] = float(outcomes["nDCG@10"].mean())
+    on_evaluation = outcomes["nDCG@10"][np.asarray(beir["evaluation"], dtype=bool)]
+    scores["ndcg10"] = float(on_evaluation.mean()) if len(on_evaluation) else float("nan")
     return scores, outcomes
 
 
@@ -302,9 +329,11 @@ def run_line(args) -> str:
             f"{torch.backends.cpu.get_cpu_capability()}), encoding in fp32 (the onnx_int8 backends: int8 weights), onnxruntime {onnxruntime.__version__}.")
 
 
-def speed_section(args, prepared: dict, speed: list[dict], versions: str) -> str:
-    rows = ["| setting | passages/s (median) | questions/s (median) | per round (passages/s) | peak RSS GB | load s | export s |",
-            "|---|---|---|---|---|---|---|"]
+def speed_section(args, prepared: dict, speed: list[dict], versions: str, gate_column: dict | None = None) -> str:
+    """`gate_column`: (library, setting) -> its verdict, printed in the table."""
+    gate_column = gate_column or {}
+    rows = ["| setting | passages/s (median) | questions/s (median) | per round (passages/s) | peak RSS GB | load s | export s | gate |",
+            "|---|---|---|---|---|---|---|---|"]
     by_setting: dict[tuple, list[dict]] = {}
     for r in speed:
         by_setting.setdefault((r["library"], r["setting"]), []).append(r)
@@ -315,7 +344,8 @@ def speed_section(args, prepared: dict, speed: list[dict], versions: str) -> str
         medians[key] = (p, q)
         export = max(r.get("export_s", 0.0) for r in runs)
         rows.append(f"| {fmt_setting(*key)} | {p:.1f} | {q:.0f} | {joined(r['passages_per_s'] for r in runs)} | "
-                    f"{statistics.median(r['peak_rss_gb'] for r in runs):.2f} | {statistics.median(r['load_s'] for r in runs):.1f} | {export:.0f} |")
+                    f"{statistics.median(r['peak_rss_gb'] for r in runs):.2f} | {statistics.median(r['load_s'] for r in runs):.1f} | {export:.0f} | "
+                    f"{gate_column.get(key, '')} |")
     peers = {k: v for k, v in medians.items() if k[0] == "sentence-transformers"}
     best_p = max(peers.items(), key=lambda kv: kv[1][0]) if peers else None
     best_q = max(peers.items(), key=lambda kv: kv[1][1]) if peers else None
@@ -331,7 +361,9 @@ def speed_section(args, prepared: dict, speed: list[dict], versions: str) -> str
                      f"{joined(per_round, '.2f')} |")
     return (f"{SPEED}\n\n{run_line(args)}\n\n{args.rounds} rounds; {len(prepared['passages'])} passages, {len(prepared['qa'])} questions, "
             f"batch {args.batch}, max {args.max_length} tokens. Peer: {versions}\n\n" + "\n".join(rows + ratio)
-            + "\n\nRatios are of medians over rounds; above 1 is taser faster.\n")
+            + "\n\nRatios are of medians over rounds; above 1 is taser faster. The gate column: taser's backends, the verdict on "
+            "the trained `dpr` and `taser` (the accuracy section); sentence-transformers' settings, the same rule on the zero-shot "
+            "MiniLM against its own `torch` (three checks).\n")
 
 
 def taser_speed_section(args, prepared: dict, speed: list[dict]) -> str:
@@ -370,29 +402,62 @@ def accuracy_section(args, prepared: dict, acc: dict, verdicts: list) -> str:
                         f"{a['ndcg10']:.4f} | {a['cosine']:.5f} | {outcome.get(setting, '') if gated else ''} |")
     beir = prepared["beir"]
     trained = ", ".join(f"`{name}` {getattr(args, name) or f'trained here ({args.train_steps} steps, precision auto)'}" for name in TRAINED)
+    evaluation = sum(beir["evaluation"])
     return (f"{ACCURACY}\n\n{run_line(args)} The trained models: {trained}.\n\n"
-            f"{len(prepared['qa'])} questions (top-k), {len(beir['queries'])} `squad-beir` queries over {len(beir['passage_ids'])} passages "
-            f"(nDCG@10).\n\n" + "\n".join(acc_rows) + "\n\n### The gate's verdicts\n\n"
+            f"The table: the {len(prepared['evaluation_rows'])} evaluation questions (top-k) and their {evaluation} `squad-beir` queries "
+            f"(nDCG@10) over {len(beir['passage_ids'])} passages. The gate: every shipped question, {len(prepared['qa'])} (top-k; "
+            f"{prepared['counts']['train']} training, {prepared['counts']['dev']} evaluation), and {len(beir['queries'])} `squad-beir` "
+            f"queries (nDCG@10).\n\n" + "\n".join(acc_rows) + "\n\n### The gate's verdicts\n\n"
             + (verdict_table(verdicts) + "\n" + describe(GateSettings(), max(len(v.checks) for v in verdicts))
                + " Top-k differences are in points; the interval is of the difference. The rule, and why: docs/encoding.md.\n"
                if verdicts else "No backend but torch ran: no verdict.\n"))
 
 
-def gate(outcomes: dict, backends) -> list:
-    """The gate's verdict on each of `backends` but torch: every trained model x metric against taser's torch,
-    Holm over one backend's checks. outcomes: (model, "taser", backend) -> {metric: per-question outcomes}."""
+def gate(outcomes: dict, backends, library: str = "taser", models=GATED_MODELS) -> list:
+    """The gate's verdict on each of `backends` but torch: every model x metric against `library`'s torch,
+    Holm over one backend's checks. outcomes: (model, library, backend) -> {metric: per-question outcomes}."""
     from taser.evaluation.encoding_gate import judge
 
     verdicts = []
     for backend in backends:
         if backend == "torch":
             continue
-        checks = {(model, metric): (outcomes[(model, "taser", "torch")][metric], outcomes[(model, "taser", backend)][metric])
-                  for model in GATED_MODELS for metric in GATED_METRICS
-                  if metric in outcomes.get((model, "taser", "torch"), {}) and metric in outcomes.get((model, "taser", backend), {})}
+        checks = {(model, metric): (outcomes[(model, library, "torch")][metric], outcomes[(model, library, backend)][metric])
+                  for model in models for metric in GATED_METRICS
+                  if metric in outcomes.get((model, library, "torch"), {}) and metric in outcomes.get((model, library, backend), {})}
         if checks:
             verdicts.append(judge(backend, checks))
     return verdicts
+
+
+def record_cpu_kind(speed: list[dict], verdicts: list, path: Path = ROOT / "taser" / "models" / "backend_speeds.json") -> dict:
+    """This CPU kind's entry of the record `backend=auto` reads (`taser.models.backend_choice`): each
+    taser backend's median passages/s and questions/s of this run and its gate verdict (torch: passes),
+    replacing the kind's earlier entry. A backend this run did not time keeps its earlier entry."""
+    import datetime
+
+    from taser.models.backend_choice import this_cpu
+    from taser.runtime import describe_hardware
+
+    kind = this_cpu()
+    record = json.loads(path.read_text())
+    earlier = next((e for e in record["kinds"] if kind.matches(e)), None)
+    backends = dict(earlier["backends"]) if earlier else {}
+    summary = {v.backend: v.summary() for v in verdicts}
+    by_setting: dict[str, list[dict]] = {}
+    for r in speed:
+        if r["library"] == "taser":
+            by_setting.setdefault(r["setting"], []).append(r)
+    for setting, runs in by_setting.items():
+        backends[setting] = {"passages_per_s": round(statistics.median(r["passages_per_s"] for r in runs), 1),
+                             "questions_per_s": round(statistics.median(r["questions_per_s"] for r in runs)),
+                             "gate": "passes" if setting == "torch" else summary.get(setting, "not judged")}
+    entry = {"cpu": kind.cpu, "capability": kind.capability, "native_bf16": kind.native_bf16, "cores": os.cpu_count(),
+             "machine": describe_hardware("cpu"), "date": datetime.date.today().isoformat(), "source": "benchmarks/peers/encode_results.md",
+             "gate_questions": max((c.questions for v in verdicts for c in v.checks), default=0), "backends": backends}
+    record["kinds"] = [e for e in record["kinds"] if not kind.matches(e)] + [entry]
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return entry
 
 
 def file_head() -> str:
@@ -459,6 +524,11 @@ def main() -> None:
         raise SystemExit("the gate judges each backend against taser's torch: --taser-backends must include torch")
     if args.peer_settings and not args.peer_python.is_file():
         raise SystemExit(f"sentence-transformers' environment is missing: {args.peer_python} (make peers-fast-env, or --peer-settings with nothing)")
+    from taser.runtime import cpu_has_native_bf16
+
+    if "openvino_bf16" in args.taser_backends and not cpu_has_native_bf16():
+        print("openvino_bf16 left out: this CPU has no native bf16 (the backend refuses to run)", flush=True)
+        args.taser_backends = [b for b in args.taser_backends if b != "openvino_bf16"]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.work.mkdir(parents=True, exist_ok=True)
     prepared = prepare(args)
@@ -487,17 +557,26 @@ def main() -> None:
         acc[key], outcomes[key] = accuracy(out, answers, prepared)
         acc[key]["cosine"] = median_cosine(vectors[(key[0], key[1], "torch")], out) if (key[0], key[1], "torch") in vectors else float("nan")
     verdicts = gate(outcomes, args.taser_backends)
+    zero_shot = {("taser", v.backend): v for v in gate(outcomes, args.taser_backends, "taser", ("zero-shot",))}
+    zero_shot.update({("sentence-transformers", v.backend): v for v in gate(outcomes, args.peer_settings, "sentence-transformers", ("zero-shot",))})
     for v in verdicts:
         print(v.summary(), flush=True)
+    gate_column = {("taser", v.backend): v.outcome for v in verdicts}
+    gate_column.update({key: f"{v.outcome} (zero-shot)" for key, v in zero_shot.items() if key[0] != "taser"})
+    gate_column.update({(library, "torch"): "reference" for library in ("taser", "sentence-transformers")})
     versions = json.dumps(next((r.get("versions") for r in speed if r.get("versions")), {}))
-    record = {"speed": speed, "accuracy": {" / ".join(k): v for k, v in acc.items()}, "gate": [v.as_dict() for v in verdicts]}
+    record = {"speed": speed, "accuracy": {" / ".join(k): v for k, v in acc.items()}, "gate": [v.as_dict() for v in verdicts],
+              "gate_zero_shot": {" / ".join(k): v.as_dict() for k, v in zero_shot.items()}}
     (args.work / ("results-taser-speed.json" if args.taser_speed_only else "results.json")).write_text(json.dumps(record, indent=2))
     if args.taser_speed_only:
         written = {TASER_SPEED: taser_speed_section(args, prepared, speed)}
     else:
         written = {ACCURACY: accuracy_section(args, prepared, acc, verdicts)}
     if speed and not args.taser_speed_only:
-        written[SPEED] = speed_section(args, prepared, speed, versions)
+        written[SPEED] = speed_section(args, prepared, speed, versions, gate_column)
+    if speed and verdicts and args.limit is None:
+        entry = record_cpu_kind(speed, verdicts)
+        print(f"backend=auto's record for {entry['machine']}: taser/models/backend_speeds.json", flush=True)
     print(write_sections(args.out, file_head(), written))
 
 
