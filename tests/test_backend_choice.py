@@ -77,3 +77,26 @@ def test_auto_logs_its_choice_and_a_hand_chosen_backend_that_did_not_pass_says_w
     assert "has no accuracy-gate verdict recorded for AMD EPYC" in caplog.text
     with pytest.raises(ValueError, match="runs on the CPU only"):
         backends.resolve_backend("openvino", "cuda")
+
+
+def test_torch_needs_no_verdict_and_a_record_without_it_still_falls_back_to_it():
+    only_torch = (_entry(torch=(40, 400, "reference"), openvino_int8=(160, 1500, "fails: dpr top-1 loss 0.6 point >= bound 0.5"),
+                         onnx_int8=(40, 300, "undecided: too few questions")),)
+    chosen, why = choose(EPYC, lambda b: True, only_torch)
+    assert chosen == "torch" and "(40 passages/s, 400 questions/s" in why
+    assert why.endswith("faster but not taken: openvino_int8 fails") and "onnx_int8" not in why  # as fast is not faster
+    without_torch = (_entry(openvino_int8=(160, 1500, "fails: a loss")),)
+    chosen, why = choose(EPYC, lambda b: True, without_torch)
+    assert chosen == "torch" and "no backend recorded for AMD EPYC (AVX512, native bf16) passed the accuracy gate" in why
+
+
+def test_an_unrecorded_kind_ranks_by_speed_up_among_the_installed_and_skips_records_without_torch():
+    arm = CpuKind("Neoverse-V2", "DEFAULT", False)
+    kinds = (_entry(torch=(10, 100, "passes"), onnx=(20, 200, "passes"), openvino=(40, 300, "passes")),
+             _entry(cpu="No torch", onnx=(500, 5000, "passes")))  # no torch figure: no speed-up to read
+    chosen, why = choose(arm, lambda b: True, kinds)
+    assert chosen == "openvino" and "4.00x torch's passages/s" in why
+    assert choose(arm, lambda b: b != "openvino", kinds)[0] == "onnx"
+    # the shipped record, read when no records are given
+    chosen, why = choose(arm, lambda b: True)
+    assert chosen in backend_choice.EXACT and f"the {len(backend_choice.records())} recorded CPU kind(s)" in why

@@ -69,7 +69,9 @@ def choose(kind: CpuKind, installed: Callable[[str], bool], kinds: tuple[dict, .
     if entry is not None:
         measured = sorted(entry["backends"].items(), key=lambda kv: -kv[1]["passages_per_s"])
         passed = [(b, m) for b, m in measured if (b == "torch" or m.get("gate") == PASSES) and installed(b)]
-        best, figures = passed[0] if passed else ("torch", {"passages_per_s": float("nan"), "questions_per_s": float("nan")})
+        if not passed:  # a record without torch's figures, and none of its backends passed and is installed here
+            return "torch", f"no backend recorded for {kind.describe()} passed the accuracy gate and is installed here: torch"
+        best, figures = passed[0]
         faster = [f"{b} {m['gate'].split(':')[0]}" for b, m in measured
                   if m["passages_per_s"] > figures["passages_per_s"] and b != "torch" and m.get("gate") != PASSES]
         faster += [f"{b} not installed" for b, m in measured if m["passages_per_s"] > figures["passages_per_s"] and m.get("gate") == PASSES
