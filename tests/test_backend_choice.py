@@ -100,3 +100,15 @@ def test_an_unrecorded_kind_ranks_by_speed_up_among_the_installed_and_skips_reco
     # the shipped record, read when no records are given
     chosen, why = choose(arm, lambda b: True)
     assert chosen in backend_choice.EXACT and f"the {len(backend_choice.records())} recorded CPU kind(s)" in why
+
+
+def test_the_reason_names_exactly_the_faster_backends_not_taken_and_why():
+    kinds = (_entry(torch=(40, 400, "passes"), onnx=(80, 800, "passes"), openvino=(100, 900, "passes"), onnx_int8_qkv=(80, 900, "passes"),
+                    openvino_int8=(160, 1500, "undecided: dpr top-1: 8895 questions detect only losses >= 0.61 point (bound 0.5)"),
+                    onnx_int8=(85, 850, "fails: taser top-1 loss 0.76 point >= bound 0.5")),)
+    chosen, why = choose(EPYC, lambda b: b not in ("openvino", "onnx_int8_qkv"), kinds)
+    assert chosen == "onnx" and why.endswith("; faster but not taken: openvino_int8 undecided, onnx_int8 fails, openvino not installed")
+    passed = (_entry(torch=(40, 400, "passes"), openvino_int8=(160, 1500, "passes")),)
+    assert "faster" not in choose(EPYC, lambda b: True, passed)[1]
+    assert gate_of("openvino_int8", EPYC, kinds).startswith("undecided: dpr top-1") and gate_of("openvino_bf16", EPYC, kinds) is None
+    assert gate_of("torch", EPYC, (_entry(torch=(40, 400, "reference")),)) == "passes"  # the reference needs no verdict
