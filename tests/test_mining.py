@@ -167,6 +167,47 @@ def test_dense_mining_with_distant_supervision(mini_squad, tiny_dense, tmp_path)
         mine_negatives(mini_squad / "train.qa.tsv", mini_squad / "passages.tsv", tmp_path / "x.json", retriever="dense")
 
 
+def test_mining_from_a_retrieval_already_made_equals_mining_with_its_retriever(mini_squad, tiny_dense, tmp_path):
+    """A table's dense-negatives stage mines from the `uses` row's retrieval of the training questions
+    (the stage a reader row on that retriever shares): the same records as searching again."""
+    from taser.pipeline.evaluate import evaluate_dense
+    from taser.pipeline.mine import mine_negatives
+
+    ckpt, index = tiny_dense
+    qa, passages = mini_squad / "train.qa.tsv", mini_squad / "passages.tsv"
+    evaluate_dense(ckpt, index, qa, passages, tmp_path / "retrieved", k=20, precision="fp32", device="cpu")
+    common = {"top_n": 20, "num_hard_negatives": 3, "block_size": 7, "progress": False}
+    live = mine_negatives(qa, passages, tmp_path / "live.json", retriever="dense", checkpoint=ckpt, index=index, precision="fp32",
+                          device="cpu", **common)
+    given = mine_negatives(qa, passages, tmp_path / "given.json", retriever="retrieval", retrieval=tmp_path / "retrieved" / "retrieval.json",
+                           retrieved_k=20, **common)
+    assert json.loads((tmp_path / "given.json").read_text()) == json.loads((tmp_path / "live.json").read_text())
+    assert given["retriever"] == "retrieval" and given["retrieved_k"] == 20
+    assert {k: given[k] for k in ("questions", "written", "mean_hard_negatives")} == {k: live[k] for k in ("questions", "written", "mean_hard_negatives")}
+    with pytest.raises(ValueError, match=r"holds the top 20 passages of each question; mining reads the first 30"):
+        mine_negatives(qa, passages, tmp_path / "x.json", retriever="retrieval", retrieval=tmp_path / "retrieved" / "retrieval.json",
+                       retrieved_k=20, top_n=30, progress=False)
+    assert not (tmp_path / "x.json").exists()  # refused before anything is written
+    with pytest.raises(ValueError, match="needs the retrieval file"):
+        mine_negatives(qa, passages, tmp_path / "x.json", retriever="retrieval")
+
+
+def test_a_retrieval_of_other_questions_is_refused_naming_the_record(tmp_path):
+    from taser.data.retrieval_json import write_retrieval_results
+    from taser.retrieval.mining import retrieval_searcher
+
+    path = tmp_path / "retrieval.json"
+    ctxs = [{"id": str(i), "title": "", "text": "", "score": 10 - i, "has_answer": False} for i in range(5)]
+    write_retrieval_results(path, [{"question": q, "answers": ["a"], "ctxs": ctxs} for q in ("first?", "second?")])
+    search = retrieval_searcher(path, 5)
+    assert search(["first?"], 2) == [[("0", 10.0), ("1", 9.0)]]  # records read in order, the first k of each
+    with pytest.raises(ValueError, match=r"record 1: question 'second\?', but the file mined has 'third\?' there"):
+        search(["third?"], 2)
+    search = retrieval_searcher(path, 5)
+    with pytest.raises(ValueError, match=r"ends before the question 'third\?'"):
+        search(["first?", "second?", "third?"], 5)
+
+
 def test_mine_negatives_script(mini_squad, tmp_path):
     src = tmp_path / "first50.json"
     write_biencoder_json(src, list(BiEncoderJsonFile(mini_squad / "train.json"))[:50])

@@ -289,3 +289,17 @@ def test_a_reader_key_holds_the_precision_auto_resolves_to_and_the_cpu_threads()
     assert key["cpu_threads"] == torch.get_num_threads() and "epochs" not in key and "device" not in key
     assert "cpu_threads" not in reader_train_key({"device": "cpu"}, threads=False) and "epochs" in reader_train_key({"device": "cpu"})
     assert reader_train_key({"device": "cpu", "eval_every": 5, "val_passages": 3}) == reader_train_key({"device": "cpu"})  # only best/ differs
+
+
+def test_dense_mining_shares_the_training_questions_retrieval_with_the_reader_on_the_same_retriever():
+    """squad_cpu's `dpr, 1 dense-mined negative` mines from dpr's retrieval of the training questions at
+    its seed, the stage the reader on dpr trains from: one retrieval for both (planned, nothing built)."""
+    from taser.sweeps.plan import plan
+
+    stages = plan(["squad_cpu"])
+    [shared] = [s for s in stages.values() if s.kind == "retrieve-train" and ("squad_cpu", "dpr-dense-neg") in s.users]
+    assert sorted(row for _, row in shared.users) == ["dpr-dense-neg", "reader-dpr"]
+    [mined] = [s for s in stages.values() if s.kind == "negatives-dense"]
+    assert mined.users == [("squad_cpu", "dpr-dense-neg")]
+    [questions] = [s for s in stages.values() if s.kind == "train-questions"]
+    assert ("squad_cpu", "dpr-dense-neg") in questions.users and ("squad_cpu", "reader-bm25") in questions.users

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from taser.data.passage_store import PassageStore
 from taser.retrieval.bm25 import BM25Settings
-from taser.retrieval.mining import bm25_searcher, dense_searcher, mine_hard_negatives
+from taser.retrieval.mining import bm25_searcher, dense_searcher, mine_hard_negatives, retrieval_searcher
 
 log = logging.getLogger(__name__)
 
-RETRIEVERS = ("bm25", "dense")
+RETRIEVERS = ("bm25", "dense", "retrieval")
 
 
 def mine_negatives(
@@ -31,6 +31,8 @@ def mine_negatives(
     bm25: BM25Settings | dict | None = None,
     checkpoint: str | os.PathLike | None = None,
     index: str | os.PathLike | None = None,
+    retrieval: str | os.PathLike | None = None,
+    retrieved_k: int | None = None,
     batch_size: int = 128,
     precision: str = "auto",
     backend: str = "torch",
@@ -43,14 +45,22 @@ def mine_negatives(
 
     retriever="bm25": a BM25 index of `passages_tsv` (built, or reused from `bm25.index_dir`;
     default `<output dir>/bm25-<backend>`). retriever="dense": `checkpoint` and its FAISS
-    `index` over `passages_tsv`. `offsets_cache`: where to keep the passage store's offsets
+    `index` over `passages_tsv`. retriever="retrieval": the rankings of a retrieval already made over
+    `passages_tsv` (`retrieval`, DPR's retrieval JSON of the same questions in the same order, the top
+    `retrieved_k` of each: a table's `retrieve-train` stage). `offsets_cache`: where to keep the passage store's offsets
     (worth it for a large corpus). Returns the summary (also written beside the output).
     """
     if retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever {retriever!r} for mining; choose one of {', '.join(RETRIEVERS)}")
     if retriever == "dense" and (not checkpoint or not index):
         raise ValueError("retriever=dense needs a checkpoint and its passage index")
+    if retriever == "retrieval" and (not retrieval or not retrieved_k):
+        raise ValueError("retriever=retrieval needs the retrieval file and how many passages it holds per question (retrieved_k)")
     with PassageStore(passages_tsv, cache=offsets_cache) as store:
+        if retriever == "retrieval":
+            meta = {"retriever": "retrieval", "retrieval": str(retrieval), "retrieved_k": retrieved_k}
+            return mine_hard_negatives(input_path, output_path, retrieval_searcher(retrieval, retrieved_k), store, top_n, num_hard_negatives,
+                                       match, block_size, progress, meta=meta)
         if retriever == "bm25":
             settings = BM25Settings.from_dict(bm25)
             bm25_index = settings.open(passages_tsv, Path(output_path).parent / f"bm25-{settings.backend}")

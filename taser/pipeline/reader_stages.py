@@ -27,19 +27,8 @@ def reader_gold(run: RowRun) -> tuple[Path, dict]:
 
 def train_questions(run: RowRun) -> Stage:
     """The training questions (and answers) as a QA file, for the retrievers to retrieve their passages."""
-    from taser.data.biencoder_json import BiEncoderJsonFile
-    from taser.data.qa import QAPair, write_qa
-
     source, source_id = reader_gold(run)
-    first = run.table.reader_training.limit_train_questions
-
-    def build(d: Path) -> None:
-        from itertools import islice
-
-        records = islice(BiEncoderJsonFile(source, require_positive=False), first)
-        write_qa(d / "questions.qa.tsv", (QAPair(r["question"], list(r["answers"])) for r in records))
-
-    return run.stage("training questions", "train-questions", {"first": first}, {"train": source_id}, build)
+    return run.training_questions(source, source_id, run.table.reader_training.limit_train_questions)
 
 
 def reader_model(run: RowRun) -> dict:

@@ -146,19 +146,35 @@ class RowRun:
                 bm25 = self.bm25()
                 inputs["bm25"] = bm25["_key"]
                 args = {"retriever": "bm25", "bm25": {k: v for k, v in bm25.items() if k != "_key"}}
-            else:  # dense: mined with the `uses` row's model at this seed, and its index
+            else:  # dense: mined from the `uses` row's retrieval of the training questions at this seed (a reader row on it shares it)
                 uses = self.table.rows[row.uses]
-                checkpoint, index = self.trained(uses, seed), self.dense_index(uses, seed)
-                inputs.update(checkpoint=checkpoint.key, index=index.key)
-                args = {"retriever": "dense", "checkpoint": str(checkpoint.dir / "final"), "index": str(index.dir / "index"),
-                        "precision": ev.precision, "device": ev.device}
-            stage = self.stage("negatives", f"negatives-{args['retriever']}", mine, inputs,
+                questions = self.training_questions(source, self.identity(source))
+                retrieved = self.retrieve(uses, seed, f"retrieve training questions ({uses.name})", "retrieve-train",
+                                          questions.dir / "questions.qa.tsv", questions.key, ev.mine_top_n)
+                inputs["retrieval"] = retrieved.key
+                args = {"retriever": "retrieval", "retrieval": str(retrieved.dir / "retrieval.json"), "retrieved_k": ev.mine_top_n}
+            kind = "negatives-bm25" if row.negatives == Negatives.bm25 else "negatives-dense"
+            stage = self.stage("negatives", kind, mine, inputs,
                               lambda d, s=source, a=args: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
                                                                          num_hard_negatives=ev.mine_negatives, match=self.match(),
                                                                          progress=self.job.progress, **a), owner=row)
             files.append(str(stage.dir / "train.json"))
             ids.append(stage.key)
         return files, ids
+
+    def training_questions(self, source: Path, source_id, first: int | None = None) -> Stage:
+        """The questions (and answers) of a training file as a QA file, its first `first` (None: all),
+        for a retriever to retrieve their passages: a reader's training passages, or dense mining's."""
+        from itertools import islice
+
+        from taser.data.biencoder_json import BiEncoderJsonFile
+        from taser.data.qa import QAPair, write_qa
+
+        def build(d: Path) -> None:
+            records = islice(BiEncoderJsonFile(source, require_positive=False), first)
+            write_qa(d / "questions.qa.tsv", (QAPair(r["question"], list(r["answers"])) for r in records))
+
+        return self.stage("training questions", "train-questions", {"first": first}, {"train": source_id}, build)
 
     def model_settings(self, row: RowSpec) -> dict:
         return {**self.table.model, **row.model}

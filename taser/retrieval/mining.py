@@ -1,6 +1,6 @@
 """Hard-negative mining, and distant supervision for questions without a gold passage.
 
-For each question a retriever (BM25 or a dense model) returns its top-N passages. Then:
+For each question a retriever (BM25, a dense model, or a retrieval already made) returns its top-N passages. Then:
 
 - hard negatives: the highest-ranked passages that contain no answer (`has_answer` on the
   passage text, string or regex match) and are not a positive (same `passage_id` when the
@@ -54,6 +54,31 @@ def dense_searcher(model, tokenizer, index, batch_size: int = 128, precision: st
     from taser.retrieval.dense import dense_retrieve
 
     return lambda questions, k: dense_retrieve(model, tokenizer, index, questions, k, batch_size, precision, progress=False)
+
+
+def retrieval_searcher(path: str | os.PathLike, retrieved_k: int) -> Searcher:
+    """The rankings of a retrieval already made, the top `retrieved_k` of each question (DPR's
+    retrieval JSON, `taser.data.retrieval_json`: a table's `retrieve-train` stage), as a `Searcher`:
+    its records are read once, in order, and must be the mined file's questions in the same order."""
+    from taser.data.retrieval_json import iter_retrieval_results
+
+    records = enumerate(iter_retrieval_results(path))
+
+    def search(questions: Sequence[str], k: int) -> list[list[Hit]]:
+        if k > retrieved_k:
+            raise ValueError(f"{path} holds the top {retrieved_k} passages of each question; mining reads the first {k}")
+        ranked = []
+        for question in questions:
+            i, record = next(records, (None, None))
+            if record is None:
+                raise ValueError(f"{path} ends before the question {question!r}: it holds fewer questions than the file mined")
+            if record["question"] != question:
+                raise ValueError(f"{path}, record {i}: question {record['question']!r}, but the file mined has {question!r} there "
+                                 "(a retrieval of other questions, or in another order)")
+            ranked.append([(str(c["id"]), float(c["score"])) for c in record["ctxs"][:k]])
+        return ranked
+
+    return search
 
 
 def _ctx(p: Passage, score: float) -> dict:
