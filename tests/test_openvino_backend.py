@@ -169,3 +169,16 @@ def test_missing_package_is_refused_with_the_extra_to_install(monkeypatch):
             backends.resolve_backend(backend, "cpu")
     monkeypatch.delitem(sys.modules, "openvino")
     assert backends.installed(backends.Backend.openvino) and not backends.installed(backends.Backend.openvino_int8)  # int8 needs nncf
+
+
+@needs_bf16
+def test_evaluate_records_the_openvino_backend_and_its_own_precision(checkpoints, mini_squad, tmp_path):
+    """The backend reaches encoding through evaluate (passages and questions): results.json and the
+    index say which backend ran and in what precision (bf16 here, whatever `precision` says)."""
+    from taser.pipeline.evaluate import RetrieverSettings, evaluate_qa
+
+    settings = RetrieverSettings("dense", checkpoints("dpr"), None, batch_size=16, precision="fp32", device="cpu", backend="openvino_bf16")
+    result = evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / "eval", k=20)
+    index = json.loads((tmp_path / "eval" / "dense-index" / "index" / "index.json").read_text())
+    assert result["backend"] == "openvino_bf16" and result["precision"] == "bf16"
+    assert (index["backend"], index["backend_recipe"], index["precision"]) == ("openvino_bf16", 1, "bf16")
