@@ -215,13 +215,13 @@ def test_int8_keeps_ffn_down_projections_float_and_rebuilds_an_older_recipe(tmp_
         assert all(shapes[next(x for x in n.input if x in shapes)] == [enc.intermediate_size, enc.hidden_size] for n in float_weights)
         assert any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in graph.node)
     meta = json.loads((cache / META_FILE).read_text())
-    assert meta["recipe"] == RECIPES["onnx_int8"][1] == 3
+    assert meta["recipe"] == RECIPES["onnx_int8"][1] == 4
     del meta["recipe"]  # a cache made before recipes were recorded (recipe 1: every MatMul in int8)
     (cache / META_FILE).write_text(json.dumps(meta))
     caplog.set_level("WARNING")
     load_checkpoint(path, "cpu", backend="onnx_int8")
-    assert "made by recipe 1, this version makes fused int8 recipe 3" in caplog.text
-    assert json.loads((cache / META_FILE).read_text())["recipe"] == 3
+    assert "made by recipe 1, this version makes fused int8 recipe 4" in caplog.text
+    assert json.loads((cache / META_FILE).read_text())["recipe"] == 4
 
 
 def _ops(path):

@@ -51,7 +51,8 @@ def _side_matmul_weights(model, side: str) -> int:
 
 
 MODELS = {"dpr": ("dpr", {}), "shared": ("shared", {"pooling": "mean", "normalize": True}), "taser": ("taser", {"taser": {"specialize_every": 1}}),
-          "taser-learned-token": ("taser", {"taser": {"specialize_every": 1, "routing": "learned_token"}})}
+          "taser-learned-token": ("taser", {"taser": {"specialize_every": 1, "routing": "learned_token"}}),
+          "taser-attention-token": ("taser", {"taser": {"specialize_every": 1, "specialize": "attention", "routing": "learned_token"}})}
 # every model in float32; bf16 and int8 on the two-encoder and the specialised model (each conversion of int8 takes seconds)
 CASES = [("openvino", m) for m in MODELS] + [(b, m) for b in ("openvino_bf16", "openvino_int8") for m in ("dpr", "taser")]
 
@@ -88,7 +89,7 @@ def test_vectors_match_torch(checkpoints, backend, name):
         assert not torch.allclose(q, fast.encode(ids["input_ids"], ids["attention_mask"], "passage"), atol=1e-3)
     meta = json.loads((path / CACHE_DIR / backend / META_FILE).read_text())
     assert meta["backend"] == backend and meta["recipe"] == backends.RECIPES[backends.Backend(backend)][1]
-    if backend == "openvino" and "routing" not in extra.get("taser", {}):  # each side's model holds its own weights only (TASER: its experts)
+    if backend != "openvino_bf16" and "routing" not in extra.get("taser", {}):  # each side holds its own weights only (TASER: its experts)
         assert meta["matmul_weights"] == {side: _side_matmul_weights(model, side) for side in ("question", "passage")}
 
 

@@ -322,11 +322,13 @@ def run_line(args) -> str:
     import datetime
 
     import onnxruntime
+    import openvino
     import torch
 
     machine = machine_line("fp32").removeprefix("Machine: ").rstrip(".")
     return (f"From `{command_line(__file__)}` on {datetime.date.today().isoformat()}: {machine} (CPU capability "
-            f"{torch.backends.cpu.get_cpu_capability()}), encoding in fp32 (the onnx_int8 backends: int8 weights), onnxruntime {onnxruntime.__version__}.")
+            f"{torch.backends.cpu.get_cpu_capability()}), encoding in fp32 except where a backend's name says int8 or bf16, "
+            f"onnxruntime {onnxruntime.__version__}, openvino {openvino.__version__.split('-')[0]}.")
 
 
 def speed_section(args, prepared: dict, speed: list[dict], versions: str, gate_column: dict | None = None) -> str:
@@ -487,7 +489,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=256, help="sentence-transformers' max_seq_length (taser's checkpoint says 256 for MiniLM)")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N passages and questions (a quick look)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N passages, and the first N questions of each split (a quick look)")
     ap.add_argument("--taser-backends", nargs="+", default=list(TASER_BACKENDS), choices=TASER_BACKENDS)
     ap.add_argument("--peer-settings", nargs="*", default=list(PEER_SETTINGS), choices=PEER_SETTINGS)
     ap.add_argument("--peer-python", type=Path, default=ROOT / ".venv-peers-fast" / "bin" / "python",

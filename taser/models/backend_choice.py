@@ -72,7 +72,7 @@ def choose(kind: CpuKind, installed: Callable[[str], bool], kinds: tuple[dict, .
         if not passed:  # a record without torch's figures, and none of its backends passed and is installed here
             return "torch", f"no backend recorded for {kind.describe()} passed the accuracy gate and is installed here: torch"
         best, figures = passed[0]
-        faster = [f"{b} {m['gate'].split(':')[0]}" for b, m in measured
+        faster = [f"{b} {(m.get('gate') or 'no verdict').split(':')[0]}" for b, m in measured
                   if m["passages_per_s"] > figures["passages_per_s"] and m.get("gate") != PASSES]  # torch, faster, would be the choice
         faster += [f"{b} not installed" for b, m in measured if m["passages_per_s"] > figures["passages_per_s"] and m.get("gate") == PASSES
                    and not installed(b)]

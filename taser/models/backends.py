@@ -43,9 +43,12 @@ class Backend(Choice):
 # int8 QKV 1: recipe int8 3 and the fused attentions as QAttention (int8 QKV projection).
 # OpenVINO 1 (`taser.models.openvino_backend`): the PyTorch frontend's conversion of each side (SDPA attention), saved
 # uncompressed; int8 1: NNCF's post-training quantisation for transformers (its defaults), calibrated on the calibration texts.
-RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 2), Backend.onnx_int8: ("fused int8", 3),
-                                           Backend.onnx_int8_static: ("fused static int8", 1),
-                                           Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 1),
+# float32 3 / int8 4 / static int8 2 / int8 QKV 2: learned routing exported with every expert, each unit keeping its own
+# expert's output (taser.models.moe._dispatch_traced); before, the trace froze the example's split by expert into the graph
+# and a TASER with learned routing got wrong vectors. Deterministic routing's graphs are unchanged.
+RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 3), Backend.onnx_int8: ("fused int8", 4),
+                                           Backend.onnx_int8_static: ("fused static int8", 2),
+                                           Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 2),
                                            Backend.openvino: ("OpenVINO float32", 1), Backend.openvino_bf16: ("OpenVINO bf16", 1),
                                            Backend.openvino_int8: ("OpenVINO NNCF int8", 1)}
 ONNX_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("onnx"))  # run by taser.models.onnx_backend
@@ -128,7 +131,7 @@ def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend
         if device_type != "cpu":
             return Backend.torch
         kind = backend_choice.this_cpu()
-        chosen, why = backend_choice.choose(kind, lambda b: installed(Backend(b)))
+        chosen, why = backend_choice.choose(kind, lambda b: b in Backend.names() and installed(Backend(b)))  # a record's unknown name: skipped
         log.info("backend=auto -> %s: %s", chosen, why)
         return Backend(chosen)
     if backend != Backend.torch:

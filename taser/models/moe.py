@@ -212,6 +212,8 @@ class MoEAttention(MixtureOfExperts):
         choice = routing.choice.view(batch, length)
 
         def run_tokens(e: int, idx: torch.Tensor) -> torch.Tensor:
+            if torch.jit.is_tracing():  # a graph export: every token (`_dispatch_traced` passes them all), in flat order
+                return run_rows(e, torch.arange(batch, device=hidden_states.device)).reshape(-1, width)
             # `idx` holds this expert's tokens in increasing flat position (a stable sort), the
             # order in which a boolean mask selects them from the rows below
             mine = choice == e

@@ -1,7 +1,8 @@
 """Encoding through OpenVINO Runtime instead of PyTorch (inference only, CPU): a checkpoint's question
 and passage encoders converted once to OpenVINO models by its PyTorch frontend, in float32
 (`openvino`), computed in bf16 (`openvino_bf16`), or with int8 weights and activations quantised by
-NNCF's post-training quantisation, calibrated on the shipped calibration texts (`openvino_int8`).
+NNCF's post-training quantisation, calibrated on the shipped calibration texts (`openvino_int8`:
+its defaults for transformers, which also store the embedding tables in int8, weights only).
 
 Each side is its own model from token ids and attention mask to the final vector, traced through
 `BiEncoder.encode(..., side)`: TASER's question model holds the question experts only, its passage
@@ -59,8 +60,9 @@ def convert_side(model, side: str):
 
 
 def quantize_int8(converted, feeds: list[dict]):
-    """int8 weights and activations of the MatMuls (NNCF's post-training quantisation for
-    transformers: ranges calibrated on `feeds`, the softmax, LayerNorm and GELU inputs left float)."""
+    """int8 weights and activations of the MatMuls, and int8 embedding tables (weights only): NNCF's
+    post-training quantisation for transformers, its activation ranges calibrated on `feeds`; the
+    softmax, LayerNorm and GELU run in float."""
     import nncf
 
     if not feeds:
@@ -122,16 +124,21 @@ def prepare_models(checkpoint: str | os.PathLike, backend: str) -> Path:
     return root
 
 
+# what stands between a MatMul and its constant weights: a layout change, or (int8) the dequantisation of NNCF's
+# int8 constant, Convert -> Subtract (zero point) -> Multiply (scale), whose first input leads to the weights
+_WEIGHT_PATH = ("Convert", "Transpose", "Reshape", "Subtract", "Multiply")
+
+
 def matmul_weights(converted) -> int:
     """How many weights the matrix products of an OpenVINO model read (the constant operands of its
-    MatMuls, through a Convert): TASER's side models hold their own side's experts only."""
+    MatMuls, float or int8): TASER's side models hold their own side's experts only."""
     total = 0
     for op in converted.get_ops():
         if op.get_type_name() != "MatMul":
             continue
         for port in op.inputs():
             source = port.get_source_output().get_node()
-            while source.get_type_name() in ("Convert", "Transpose") and source.get_type_name() != "Constant":
+            while source.get_type_name() in _WEIGHT_PATH:
                 source = source.input(0).get_source_output().get_node()
             if source.get_type_name() == "Constant":
                 total += int(np.prod(source.get_output_shape(0)))

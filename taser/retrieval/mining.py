@@ -72,7 +72,7 @@ def retrieval_searcher(path: str | os.PathLike, retrieved_k: int) -> Searcher:
             i, record = next(records, (None, None))
             if record is None:
                 raise ValueError(f"{path} ends before the question {question!r}: it holds fewer questions than the file mined")
-            if record["question"] != question:
+            if record["question"].strip() != question.strip():  # a QA file's round trip strips questions
                 raise ValueError(f"{path}, record {i}: question {record['question']!r}, but the file mined has {question!r} there "
                                  "(a retrieval of other questions, or in another order)")
             ranked.append([(str(c["id"]), float(c["score"])) for c in record["ctxs"][:k]])
