@@ -11,8 +11,11 @@ EPYC = CpuKind("AMD EPYC", "AVX512", True)
 
 
 def _entry(cpu="AMD EPYC", capability="AVX512", native_bf16=True, **speeds):
+    """A record of one CPU kind, each backend's verdict on its current recipe."""
+    recipe = {str(b): version for b, (_, version) in backends.RECIPES.items()}
     return {"cpu": cpu, "capability": capability, "native_bf16": native_bf16, "date": "2026-12-05", "source": "encode_results.md",
-            "backends": {b: {"passages_per_s": p, "questions_per_s": q, "gate": gate} for b, (p, q, gate) in speeds.items()}}
+            "backends": {b: {"passages_per_s": p, "questions_per_s": q, "gate": gate, **({"recipe": recipe[b]} if b in recipe else {})}
+                         for b, (p, q, gate) in speeds.items()}}
 
 
 KINDS = (
@@ -112,3 +115,14 @@ def test_the_reason_names_exactly_the_faster_backends_not_taken_and_why():
     assert choose(EPYC, lambda b: True, passed)[1].endswith("questions/s; encode_results.md, 2026-12-05)")  # nothing faster: nothing added
     assert gate_of("openvino_int8", EPYC, kinds).startswith("undecided: dpr top-1") and gate_of("openvino_bf16", EPYC, kinds) is None
     assert gate_of("torch", EPYC, (_entry(torch=(40, 400, "reference")),)) == "passes"  # the reference needs no verdict
+
+
+def test_a_verdict_on_another_recipe_of_the_backend_is_not_this_recipes():
+    kinds = (_entry(torch=(40, 400, "passes"), onnx=(80, 800, "passes"), openvino_int8=(160, 1500, "passes")),)
+    kinds[0]["backends"]["openvino_int8"]["recipe"] = backends.RECIPES[backends.Backend.openvino_int8][1] - 1  # judged before a change
+    chosen, why = choose(EPYC, lambda b: True, kinds)
+    assert chosen == "onnx" and why.endswith("faster but not taken: openvino_int8 not judged")
+    current = backends.RECIPES[backends.Backend.openvino_int8][1]
+    assert gate_of("openvino_int8", EPYC, kinds) == f"not judged: the record judged recipe {current - 1}, this version makes recipe {current}"
+    del kinds[0]["backends"]["onnx"]["recipe"]  # a record that names no recipe: not judged either
+    assert choose(EPYC, lambda b: True, kinds)[0] == "torch"

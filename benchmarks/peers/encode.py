@@ -450,10 +450,13 @@ def record_cpu_kind(speed: list[dict], verdicts: list, path: Path = ROOT / "tase
     for r in speed:
         if r["library"] == "taser":
             by_setting.setdefault(r["setting"], []).append(r)
+    from taser.models.backends import RECIPES, Backend
+
     for setting, runs in by_setting.items():
         backends[setting] = {"passages_per_s": round(statistics.median(r["passages_per_s"] for r in runs), 1),
                              "questions_per_s": round(statistics.median(r["questions_per_s"] for r in runs)),
-                             "gate": "passes" if setting == "torch" else summary.get(setting, "not judged")}
+                             "gate": "passes" if setting == "torch" else summary.get(setting, "not judged"),
+                             **({} if setting == "torch" else {"recipe": RECIPES[Backend(setting)][1]})}
     entry = {"cpu": kind.cpu, "capability": kind.capability, "native_bf16": kind.native_bf16, "cores": os.cpu_count(),
              "machine": describe_hardware("cpu"), "date": datetime.date.today().isoformat(), "source": "benchmarks/peers/encode_results.md",
              "gate_questions": max((c.questions for v in verdicts for c in v.checks), default=0), "backends": backends}
