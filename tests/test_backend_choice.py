@@ -5,9 +5,14 @@ a backend chosen by hand that did not pass says why."""
 import pytest
 
 from taser.models import backend_choice, backends
-from taser.models.backend_choice import CpuKind, choose, gate_of, record_for
+from taser.models.backend_choice import CpuKind, gate_of, record_for
+from taser.models.backend_choice import choose as choose_with
 
 EPYC = CpuKind("AMD EPYC", "AVX512", True)
+
+
+def choose(kind, installed, kinds=None):
+    return choose_with(kind, installed, backends.recipe_versions(), kinds)
 
 
 def _entry(cpu="AMD EPYC", capability="AVX512", native_bf16=True, **speeds):
@@ -59,8 +64,8 @@ def test_the_shipped_record_is_read_and_names_its_source():
     entry = record_for(EPYC)
     assert entry is not None and entry["source"] == "benchmarks/peers/encode_results.md"
     assert all(b in {str(x) for x in backends.Backend} for b in entry["backends"])
-    assert gate_of("torch", EPYC) == "passes" and gate_of("onnx", EPYC) == "passes"
-    assert gate_of("onnx_int8_static", EPYC).startswith("fails")
+    assert gate_of("torch", EPYC, backends.recipe_versions()) == "passes" and gate_of("onnx", EPYC, backends.recipe_versions()) == "passes"
+    assert gate_of("onnx_int8_static", EPYC, backends.recipe_versions()).startswith("fails")
 
 
 def test_auto_logs_its_choice_and_a_hand_chosen_backend_that_did_not_pass_says_why(monkeypatch, caplog):
@@ -113,8 +118,9 @@ def test_the_reason_names_exactly_the_faster_backends_not_taken_and_why():
     assert chosen == "onnx" and why.endswith("; faster but not taken: openvino_int8 undecided, onnx_int8 fails, openvino not installed")
     passed = (_entry(torch=(40, 400, "passes"), openvino_int8=(160, 1500, "passes")),)
     assert choose(EPYC, lambda b: True, passed)[1].endswith("questions/s; encode_results.md, 2026-12-05)")  # nothing faster: nothing added
-    assert gate_of("openvino_int8", EPYC, kinds).startswith("undecided: dpr top-1") and gate_of("openvino_bf16", EPYC, kinds) is None
-    assert gate_of("torch", EPYC, (_entry(torch=(40, 400, "reference")),)) == "passes"  # the reference needs no verdict
+    recipes = backends.recipe_versions()
+    assert gate_of("openvino_int8", EPYC, recipes, kinds).startswith("undecided: dpr top-1") and gate_of("openvino_bf16", EPYC, recipes, kinds) is None
+    assert gate_of("torch", EPYC, backends.recipe_versions(), (_entry(torch=(40, 400, "reference")),)) == "passes"  # the reference needs no verdict
 
 
 def test_a_verdict_on_another_recipe_of_the_backend_is_not_this_recipes():
@@ -123,6 +129,7 @@ def test_a_verdict_on_another_recipe_of_the_backend_is_not_this_recipes():
     chosen, why = choose(EPYC, lambda b: True, kinds)
     assert chosen == "onnx" and why.endswith("faster but not taken: openvino_int8 not judged")
     current = backends.RECIPES[backends.Backend.openvino_int8][1]
-    assert gate_of("openvino_int8", EPYC, kinds) == f"not judged: the record judged recipe {current - 1}, this version makes recipe {current}"
+    expected = f"not judged: the record judged recipe {current - 1}, this version makes recipe {current}"
+    assert gate_of("openvino_int8", EPYC, backends.recipe_versions(), kinds) == expected
     del kinds[0]["backends"]["onnx"]["recipe"]  # a record that names no recipe: not judged either
     assert choose(EPYC, lambda b: True, kinds)[0] == "torch"

@@ -112,7 +112,7 @@ def test_the_run_records_this_cpu_kinds_speeds_and_verdicts_for_auto(bench, tmp_
     assert entry["backends"]["openvino"]["passages_per_s"] == 100.0 and entry["backends"]["openvino"]["gate"].startswith("undecided")
     assert entry["backends"]["openvino"]["recipe"] == 1 and "recipe" not in entry["backends"]["torch"]  # the verdict's recipe
     assert entry["backends"]["onnx_int8"]["gate"] == "fails: old" and "onnx" not in entry["backends"]  # not timed: kept; a peer: never
-    assert entry["gate_questions"] == 20 and backend_choice.choose(kind, lambda b: True, tuple(record["kinds"]))[0] == "torch"
+    assert entry["gate_questions"] == 20 and backend_choice.choose(kind, lambda b: True, {"openvino": 1}, tuple(record["kinds"]))[0] == "torch"
 
 
 def test_a_section_this_run_does_not_write_is_kept(bench, tmp_path):

@@ -18,7 +18,9 @@ from taser.models.loading import load_checkpoint, load_model
 from taser.models.openvino_backend import openvino_available
 from taser.runtime import cpu_has_native_bf16
 
-pytestmark = pytest.mark.skipif(not openvino_available("openvino_int8"), reason="the openvino extra is not installed")
+# `openvino`: make test runs these in a pytest process of their own. In a process that had compiled an OpenVINO model, a
+# later test (tests/test_hub_data.py's torch.multiprocessing.spawn of gloo ranks after `datasets` tests) ended in a segfault.
+pytestmark = [pytest.mark.skipif(not openvino_available("openvino_int8"), reason="the openvino extra is not installed"), pytest.mark.openvino]
 
 QUESTIONS = ["who wrote the origin of species?", "when did the berlin wall fall", "what is the capital city of a country that has a very long name?"]
 PASSAGES = [("Charles Darwin", "On the Origin of Species was published in 1859 by Charles Darwin."), ("Berlin", "The wall fell in 1989."),

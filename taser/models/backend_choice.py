@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -54,40 +54,40 @@ def record_for(kind: CpuKind, kinds: tuple[dict, ...] | None = None) -> dict | N
     return next((entry for entry in (records() if kinds is None else kinds) if kind.matches(entry)), None)
 
 
-def verdict(backend: str, measured: dict) -> str:
+def verdict(backend: str, measured: dict, recipes: Mapping[str, int]) -> str:
     """A recorded backend's verdict as it stands for this version: torch needs none; a verdict on
-    another recipe of the backend (`taser.models.backends.RECIPES`) is not this recipe's."""
-    from taser.models.backends import RECIPES, Backend
-
+    another recipe of the backend than this version's (`recipes`: backend -> version, from
+    `taser.models.backends.RECIPES`) is not this recipe's."""
     if backend == "torch":
         return PASSES
-    current = RECIPES[Backend(backend)][1] if backend in Backend.names() and Backend(backend) in RECIPES else None
+    current = recipes.get(backend)
     if measured.get("recipe") != current:
         return f"not judged: the record judged recipe {measured.get('recipe')}, this version makes recipe {current}"
     return measured.get("gate") or "not judged"
 
 
-def gate_of(backend: str, kind: CpuKind, kinds: tuple[dict, ...] | None = None) -> str | None:
+def gate_of(backend: str, kind: CpuKind, recipes: Mapping[str, int], kinds: tuple[dict, ...] | None = None) -> str | None:
     """The gate's verdict on `backend` recorded for `kind` ('passes', 'fails: ...', 'undecided: ...'), None if unrecorded."""
     entry = record_for(kind, kinds)
     if entry is None or backend not in entry["backends"]:
         return None
-    return verdict(backend, entry["backends"][backend])
+    return verdict(backend, entry["backends"][backend], recipes)
 
 
-def choose(kind: CpuKind, installed: Callable[[str], bool], kinds: tuple[dict, ...] | None = None) -> tuple[str, str]:
-    """(backend, why) for `backend=auto` on a CPU of `kind`, among the backends `installed` accepts."""
+def choose(kind: CpuKind, installed: Callable[[str], bool], recipes: Mapping[str, int], kinds: tuple[dict, ...] | None = None) -> tuple[str, str]:
+    """(backend, why) for `backend=auto` on a CPU of `kind`, among the backends `installed` accepts;
+    `recipes`: each backend's recipe version in this version of taser."""
     kinds = records() if kinds is None else kinds
     entry = record_for(kind, kinds)
     if entry is not None:
         measured = sorted(entry["backends"].items(), key=lambda kv: -kv[1]["passages_per_s"])
-        passed = [(b, m) for b, m in measured if verdict(b, m) == PASSES and installed(b)]
+        passed = [(b, m) for b, m in measured if verdict(b, m, recipes) == PASSES and installed(b)]
         if not passed:  # a record without torch's figures, and none of its backends passed and is installed here
             return "torch", f"no backend recorded for {kind.describe()} passed the accuracy gate and is installed here: torch"
         best, figures = passed[0]
-        faster = [f"{b} {verdict(b, m).split(':')[0]}" for b, m in measured
-                  if m["passages_per_s"] > figures["passages_per_s"] and verdict(b, m) != PASSES]  # torch, faster, would be the choice
-        faster += [f"{b} not installed" for b, m in measured if m["passages_per_s"] > figures["passages_per_s"] and verdict(b, m) == PASSES
+        faster = [f"{b} {verdict(b, m, recipes).split(':')[0]}" for b, m in measured
+                  if m["passages_per_s"] > figures["passages_per_s"] and verdict(b, m, recipes) != PASSES]  # torch, faster, would be the choice
+        faster += [f"{b} not installed" for b, m in measured if m["passages_per_s"] > figures["passages_per_s"] and verdict(b, m, recipes) == PASSES
                    and not installed(b)]
         why = (f"the fastest backend that passed the accuracy gate on {kind.describe()} ({figures['passages_per_s']:g} passages/s, "
                f"{figures['questions_per_s']:g} questions/s; {entry['source']}, {entry['date']})")

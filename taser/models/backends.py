@@ -62,6 +62,11 @@ ENGINE_PRECISION: dict[str, str] = {**{b: "fp32" for b in ONNX_BACKENDS}, "openv
 RECORD_KEYS = ("backend", "backend_recipe", "precision")
 
 
+def recipe_versions() -> dict[str, int]:
+    """Each CPU engine backend's recipe version in this version of taser, by name."""
+    return {str(b): version for b, (_, version) in RECIPES.items()}
+
+
 def vectors_precision(backend: Backend | str, precision: str, device) -> str:
     """The precision the vectors are computed in: a CPU engine's own (`ENGINE_PRECISION`), else
     `precision` resolved for `device` (`taser.runtime.resolve_precision`)."""
@@ -131,7 +136,8 @@ def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend
         if device_type != "cpu":
             return Backend.torch
         kind = backend_choice.this_cpu()
-        chosen, why = backend_choice.choose(kind, lambda b: b in Backend.names() and installed(Backend(b)))  # a record's unknown name: skipped
+        known = Backend.names()
+        chosen, why = backend_choice.choose(kind, lambda b: b in known and installed(Backend(b)), recipe_versions())  # a record's unknown name: skipped
         log.info("backend=auto -> %s: %s", chosen, why)
         return Backend(chosen)
     if backend != Backend.torch:
@@ -140,7 +146,7 @@ def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend
         if not installed(backend):
             raise ValueError(f"backend={backend} needs the optional extra: {_extra(backend)}")
         kind = backend_choice.this_cpu()
-        verdict = backend_choice.gate_of(str(backend), kind)
+        verdict = backend_choice.gate_of(str(backend), kind, recipe_versions())
         if verdict is None:
             log.info("backend=%s has no accuracy-gate verdict recorded for %s (benchmarks/peers/encode.py records one)", backend, kind.describe())
         elif verdict != backend_choice.PASSES:
