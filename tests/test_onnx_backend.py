@@ -146,7 +146,7 @@ def test_vectors_of_another_recipe_are_not_reused_and_auto_is_recorded_as_resolv
     monkeypatch.setitem(backends.RECIPES, backends.Backend.onnx, ("fused float32", 99))
     from taser.models import backend_choice
 
-    monkeypatch.setattr(backend_choice, "choose", lambda kind, installed: ("onnx", "as this test chooses"))
+    monkeypatch.setattr(backend_choice, "choose", lambda kind, installed, recipes: ("onnx", "as this test chooses"))
     settings = RetrieverSettings("dense", path, None, batch_size=16, precision="fp32", device="cpu", backend="auto")
     result = evaluate_qa(settings, mini_squad / "dev.qa.tsv", mini_squad / "passages.tsv", tmp_path / "eval", k=20)
     again = json.loads(index_json.read_text())
