@@ -53,8 +53,9 @@ docs-serve: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not openvino" -n auto --dist worksteal
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not openvino and not isolated" -n auto --dist worksteal
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m openvino -n auto --dist worksteal
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m isolated -p no:xdist
 
 # The cluster rehearsal: a real single-node SLURM (Debian's slurm-wlm and munge, which .ci/run installs) runs the
 # documented cluster commands at tiny scale (tests/test_cluster.py); skipped with the reason where SLURM is absent.

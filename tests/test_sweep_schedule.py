@@ -78,7 +78,8 @@ def test_the_waves_of_dpr_nq(schedules):
 
 
 @pytest.mark.slow
-def test_a_failed_job_stops_only_the_jobs_that_need_its_stages(squad4, tiny_pretrained, tmp_path, monkeypatch, capfd):  # noqa: F811
+@pytest.mark.isolated  # make test runs it in a pytest process of its own: after other tests on an xdist worker, its output capture was found closed
+def test_a_failed_job_stops_only_the_jobs_that_need_its_stages(squad4, tiny_pretrained, tmp_path, monkeypatch, capsys):  # noqa: F811
     """dpr at seed 1 fails: the hybrid at seed 1 (which needs dpr's model) is not started; seed 2's
     jobs and the BM25 row run; the sweep then fails naming both."""
     import taser.pipeline.rows as rows
@@ -100,7 +101,7 @@ def test_a_failed_job_stops_only_the_jobs_that_need_its_stages(squad4, tiny_pret
         runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
     assert started[0] == ("prepare", "dpr", 1)  # the CPU stages first
     assert sorted(started[1:]) == [("row", "bm25", 1), ("row", "bm25", 2), ("row", "dpr", 1), ("row", "dpr", 2), ("row", "hybrid", 2)]
-    err = capfd.readouterr().err
+    err = capsys.readouterr().err
     assert "2 of the sweep's 7 jobs failed or were not started: dpr seed 1, hybrid seed 1" in err
     assert "- dpr seed 1: RuntimeError: out of memory (on purpose)" in err  # each failure's reason, in the error itself
     record = json.loads((sweep / "schedule.json").read_text())
