@@ -102,15 +102,11 @@ def onnx_available() -> bool:
 
 
 def openvino_available(backend: Backend | str = "openvino") -> bool:
-    """Whether an OpenVINO backend can run here: openvino to convert and run, and nncf to quantise (int8)."""
-    try:
-        import openvino  # noqa: F401
+    """Whether an OpenVINO backend can run here: openvino to convert and run, and nncf to quantise (int8).
+    Looked up, not imported: importing nncf sets up its own logging, which a check must not do."""
+    from importlib.util import find_spec
 
-        if str(backend) == "openvino_int8":
-            import nncf  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return find_spec("openvino") is not None and (str(backend) != "openvino_int8" or find_spec("nncf") is not None)
 
 
 def installed(backend: Backend) -> bool:
