@@ -13,6 +13,7 @@ spend most of their time starting Python and waiting on the scheduler, not compu
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -86,16 +87,21 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
 """)
 
     def _start_munge(self) -> None:
-        if subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
-            return  # already running
+        # One munged serves every cluster on this machine. pytest workers start their clusters at the same moment, so
+        # the check-then-start runs under a lock: unlocked, two workers both saw no munged, both started one, and the
+        # second exited 1 (its socket taken), failing its module's setup in CI.
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
-        deadline = time.time() + 20
-        while subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
-            if time.time() > deadline:
-                raise RuntimeError("munged did not start")
-            time.sleep(0.2)
+        with open("/run/munge/taser-tests.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
+                return  # already running
+            started = subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], capture_output=True, text=True)
+            deadline = time.time() + 20
+            while subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
+                if time.time() > deadline:
+                    raise RuntimeError(f"munged did not start (exit {started.returncode}): {started.stderr.strip()}")
+                time.sleep(0.2)
 
     def __enter__(self) -> SlurmCluster:
         self._write_conf()
