@@ -72,9 +72,12 @@ def test_auto_logs_its_choice_and_a_hand_chosen_backend_that_did_not_pass_says_w
     monkeypatch.setattr(backend_choice, "records", lambda: KINDS)
     monkeypatch.setattr(backend_choice, "this_cpu", lambda: EPYC)
     monkeypatch.setattr(backends, "installed", lambda b: True)
+    monkeypatch.setattr(backends, "_SAID", set())
     caplog.set_level("INFO")
     assert backends.resolve_backend("auto", "cpu") == backends.Backend.openvino
     assert "backend=auto -> openvino: the fastest backend that passed" in caplog.text
+    assert backends.resolve_backend("auto", "cpu") == backends.Backend.openvino
+    assert caplog.text.count("backend=auto ->") == 1  # a run resolves at each stage; it says so once
     assert backends.resolve_backend("auto", "cuda") == backends.Backend.torch
     caplog.clear()
     assert backends.resolve_backend("onnx", "cpu") == backends.Backend.onnx and "accuracy gate" not in caplog.text

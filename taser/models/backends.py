@@ -123,6 +123,17 @@ def _extra(backend: Backend) -> str:
     return "pip install 'taser[fast]' (onnx and onnxruntime)"
 
 
+_SAID: set[tuple[int, str]] = set()
+
+
+def _say_once(level: int, message: str) -> None:
+    """Log `message` the first time only: one run resolves its backend at each stage that loads it (evaluate, encode,
+    load), and the same choice said three times reads like three choices."""
+    if (level, message) not in _SAID:
+        _SAID.add((level, message))
+        log.log(level, message)
+
+
 def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend:
     """The backend that will run: `auto` resolved; a backend that cannot run here refused with the reason."""
     from taser.models import backend_choice
@@ -134,7 +145,7 @@ def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend
         kind = backend_choice.this_cpu()
         known = Backend.names()
         chosen, why = backend_choice.choose(kind, lambda b: b in known and installed(Backend(b)), recipe_versions())  # a record's unknown name: skipped
-        log.info("backend=auto -> %s: %s", chosen, why)
+        _say_once(logging.INFO, f"backend=auto -> {chosen}: {why}")
         return Backend(chosen)
     if backend != Backend.torch:
         if device_type != "cpu":
@@ -144,7 +155,8 @@ def resolve_backend(backend: Backend | str, device_type: str = "cpu") -> Backend
         kind = backend_choice.this_cpu()
         verdict = backend_choice.gate_of(str(backend), kind, recipe_versions())
         if verdict is None:
-            log.info("backend=%s has no accuracy-gate verdict recorded for %s (benchmarks/peers/encode.py records one)", backend, kind.describe())
+            _say_once(logging.INFO, f"backend={backend} has no accuracy-gate verdict recorded for {kind.describe()} "
+                                    "(benchmarks/peers/encode.py records one)")
         elif verdict != backend_choice.PASSES:
-            log.warning("backend=%s did not pass the accuracy gate recorded for %s: %s", backend, kind.describe(), verdict)
+            _say_once(logging.WARNING, f"backend={backend} did not pass the accuracy gate recorded for {kind.describe()}: {verdict}")
     return backend
