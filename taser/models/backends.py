@@ -53,7 +53,8 @@ RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 3), B
                                            Backend.openvino_int8: ("OpenVINO NNCF int8", 1)}
 ONNX_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("onnx"))  # run by taser.models.onnx_backend
 OPENVINO_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("openvino"))  # by taser.models.openvino_backend
-# the precision a backend's vectors are computed in, where it is its own (the ONNX graphs' float32, OpenVINO's stated precision)
+# the precision a backend's vectors are computed in, where it is its own (the ONNX graphs' float32, OpenVINO's stated precision);
+# for an int8 backend, that of the operations left unquantised (its name says int8; recorded with its recipe version)
 ENGINE_PRECISION: dict[str, str] = {**{b: "fp32" for b in ONNX_BACKENDS}, "openvino": "fp32", "openvino_bf16": "bf16", "openvino_int8": "fp32"}
 
 
