@@ -85,8 +85,15 @@ def write_keeping_section(out: Path, text: str, heading: str) -> None:
 
 
 def peak_rss_gb() -> float:
-    """This process's peak resident memory so far, in GB (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    """This process's peak resident memory so far, in GB: Linux's VmHWM, the peak of this program's own memory.
+    Not ru_maxrss: Linux carries it across exec from the forked copy of the parent, so a child started by a 6 GB
+    benchmark process reported 6 GB whatever it used (issue 49's run; sentence-transformers' child reads VmHWM)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024**2  # KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024**3 if sys.platform == "darwin" else 1024**2)  # bytes on macOS
 
 
 def prepare_squad(work: Path, limit_train: int | None = None) -> Path:

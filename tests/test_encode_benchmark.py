@@ -164,3 +164,18 @@ def test_taser_speed_section_compares_each_backend_with_torch_and_int8_of_the_sa
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[1:3] == ["33.0", "360"] and cells[3] == "33.0, 29.7, 36.3"
     assert cells[5] == "1.65x, 1.80x" and cells[6] == "1.10x, 1.20x" and cells[7] == f"{1.1 / np.sqrt(1.1**2 + 0.1**2):.5f}"
+
+
+def test_a_child_process_reports_its_own_peak_memory_not_its_parents():
+    """Linux carries ru_maxrss across exec from the forked parent: every taser setting of the encode benchmark, started
+    by a 6 GB parent, reported 6 GB. The figure is the child's own peak (VmHWM)."""
+    import resource
+    import subprocess
+
+    ballast = bytearray(400 * 1024**2)  # this process's peak above 0.4 GB, whatever ran before
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+    parent_peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    child = subprocess.run([sys.executable, "-c", "import common; print(common.peak_rss_gb())"], cwd=ROOT / "benchmarks",
+                           capture_output=True, text=True, check=True)
+    assert parent_peak_gb > 0.4 and float(child.stdout) < 0.2
+    del ballast
