@@ -185,3 +185,22 @@ def test_evaluate_records_the_openvino_backend_and_its_own_precision(checkpoints
     index = json.loads((tmp_path / "eval" / "dense-index" / "index" / "index.json").read_text())
     assert result["backend"] == "openvino_bf16" and result["precision"] == "bf16"
     assert (index["backend"], index["backend_recipe"], index["precision"]) == ("openvino_bf16", 1, "bf16")
+
+
+def test_the_profile_benchmark_times_one_batch_and_shares_it_by_operation(checkpoints):
+    """benchmarks/peers/profile_openvino.py's measurement, on a tiny model's cached passage model."""
+    import importlib.util
+    import sys
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("profile_openvino", ROOT / "benchmarks" / "peers" / "profile_openvino.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    path = checkpoints("dpr")
+    load_checkpoint(path, "cpu", backend="openvino")  # converts and caches
+    ids = np.array([[101, 2054, 2003, 102, 0], [101, 2054, 2003, 2009, 102]], dtype=np.int64)
+    measured = module.profile(path / CACHE_DIR / "openvino" / "passage.xml", "f32", ids, (ids > 0).astype(np.int64), rounds=2)
+    assert measured["precision"] == "f32" and measured["ms"] > 0
+    assert abs(sum(measured["shares"].values()) - 1) < 1e-6 and "FullyConnected" in measured["shares"]

@@ -8,8 +8,8 @@ and the accuracy gate that decides what `backend=auto` may pick (issue 35).
     python benchmarks/peers/encode.py --taser-speed-only       # taser's backends alone, side by side (no peers, no gate)
 
 Speed: the shipped all-MiniLM-L6-v2 (mean pooling, unit vectors) encodes the SQuAD protocol's
-2,141 passages and every shipped question (the 6,924 training questions of the first 30 articles
-and the 1,971 evaluation questions, 8,895) in every setting: taser's backends (`torch`, `onnx`,
+2,141 passages and every shipped question (the 7,010 training questions of the first 30 articles
+and the 1,971 evaluation questions, 8,981) in every setting: taser's backends (`torch`, `onnx`,
 `onnx_int8`, `onnx_int8_static`, `onnx_int8_qkv`, `openvino`, `openvino_bf16` where the CPU has
 native bf16, `openvino_int8`) and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
 O3, onnx int8, openvino, openvino int8, each built with its own helpers, in its own environment).
@@ -21,7 +21,7 @@ exporting are timed apart from encoding.
 
 Accuracy and the gate (`taser.evaluation.encoding_gate`; the rule: docs/encoding.md, "The accuracy
 gate"): a trained `dpr` and `taser` (T=2) in each taser backend, against taser's `torch`, per
-question: top-1 and top-20 on all 8,895 shipped questions (exact search over the vectors, DPR's
+question: top-1 and top-20 on all 8,981 shipped questions (exact search over the vectors, DPR's
 answer match), and nDCG@10 on `squad-beir`, a BEIR-format set written from the same files (the
 2,141 passages; one query per question with a gold passage; that passage relevant). The gate asks
 whether two encoders of the same model agree, not how well the model generalises, so the training
