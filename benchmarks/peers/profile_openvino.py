@@ -105,7 +105,7 @@ def main() -> None:
     ids, mask = batch(args.work, args.batch)
     results = {name: profile(path, precision, ids, mask, args.rounds) for name, path, precision in found}
     fastest = min(r["ms"] for r in results.values())
-    lines = [f"# OpenVINO, operation by operation: taser's models against sentence-transformers' exports\n",
+    lines = ["# OpenVINO, operation by operation: taser's models against sentence-transformers' exports\n",
              f"From `{command_line(__file__)}`: {machine_line('fp32').rstrip('.')}; one batch of {args.batch} passages, "
              f"{ids.shape[1]} tokens wide (the middle of the length order), the median of {args.rounds} inferences.\n",
              "| model | inference precision | ms per batch | vs the fastest | top operation types (share of profiled time) |",
