@@ -136,3 +136,10 @@ def test_a_verdict_on_another_recipe_of_the_backend_is_not_this_recipes():
     assert gate_of("openvino_int8", EPYC, backends.recipe_versions(), kinds) == expected
     del kinds[0]["backends"]["onnx"]["recipe"]  # a record that names no recipe: not judged either
     assert choose(EPYC, lambda b: True, kinds)[0] == "torch"
+
+
+def test_a_recorded_speed_without_a_verdict_is_not_judged():
+    from taser.models.backend_choice import verdict
+
+    assert verdict("onnx", {"passages_per_s": 80, "recipe": 3}, {"onnx": 3}) == "not judged"
+    assert verdict("onnx", {"passages_per_s": 80, "recipe": 3, "gate": "passes"}, {"onnx": 3}) == "passes"
