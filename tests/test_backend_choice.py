@@ -143,3 +143,14 @@ def test_a_recorded_speed_without_a_verdict_is_not_judged():
 
     assert verdict("onnx", {"passages_per_s": 80, "recipe": 3}, {"onnx": 3}) == "not judged"
     assert verdict("onnx", {"passages_per_s": 80, "recipe": 3, "gate": "passes"}, {"onnx": 3}) == "passes"
+
+
+def test_auto_skips_a_recorded_name_this_version_lacks_and_a_backend_not_installed(monkeypatch):
+    future = (_entry(torch=(40, 400, "passes"), onnx=(80, 800, "passes"), openvino=(100, 900, "passes")),)
+    future[0]["backends"]["tensorrt_cpu"] = {"passages_per_s": 500, "questions_per_s": 5000, "gate": "passes", "recipe": 1}
+    monkeypatch.setattr(backend_choice, "records", lambda: future)
+    monkeypatch.setattr(backend_choice, "this_cpu", lambda: EPYC)
+    monkeypatch.setattr(backends, "installed", lambda b: b != backends.Backend.openvino)
+    assert backends.resolve_backend("auto", "cpu") == backends.Backend.onnx  # not the unknown name, not openvino (absent)
+    with pytest.raises(ValueError, match="^unknown backend 'openvino_int4'; expected one of auto, torch"):
+        backends.resolve_backend("openvino_int4", "cpu")
