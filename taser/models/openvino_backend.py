@@ -2,7 +2,8 @@
 and passage encoders converted once to OpenVINO models by its PyTorch frontend, in float32
 (`openvino`), computed in bf16 (`openvino_bf16`), or with int8 weights and activations quantised by
 NNCF's post-training quantisation, calibrated on the shipped calibration texts (`openvino_int8`:
-its defaults for transformers, which also store the embedding tables in int8, weights only).
+its settings for transformers, which also store the embedding tables in int8, weights only, with
+two choices of its own: `quantize_int8`).
 
 Each side is its own model from token ids and attention mask to the final vector, traced through
 `BiEncoder.encode(..., side)`: TASER's question model holds the question experts only, its passage
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -59,15 +61,40 @@ def convert_side(model, side: str):
     return converted
 
 
-def quantize_int8(converted, feeds: list[dict]):
-    """int8 weights and activations of the MatMuls, and int8 embedding tables (weights only): NNCF's
-    post-training quantisation for transformers, its activation ranges calibrated on `feeds`; the
-    softmax, LayerNorm and GELU run in float."""
+# openvino_int8's recipe 2: NNCF's transformer defaults but for two choices, made on the churn of each candidate's first hit
+# against torch over questions the gate never reads (benchmarks/peers/int8_recipes.py, int8_recipes.md): SmoothQuant's
+# alpha of the matrix products, and the first block's FFN output product left in float. That product reads the GELU's
+# output, whose outliers int8 ranges serve worst, and the error it makes there runs through every block above it.
+SMOOTH_QUANT_ALPHA = 0.75
+FLOAT_MATMULS = re.compile(r"\.encoder\.layer\.0\.output\.(?:experts\.\d+\.output\.)?dense/")
+
+
+def float_matmuls(converted, pattern: re.Pattern = FLOAT_MATMULS) -> list[str]:
+    """The names of the MatMuls whose names match `pattern`, which `quantize_int8` leaves in float (by
+    default the first block's FFN output product, of each expert where that block is specialised). A
+    model without one is refused, not quantised by another recipe than its cache would record."""
+    names = [op.get_friendly_name() for op in converted.get_ordered_ops() if op.get_type_name() == "MatMul"]
+    kept = [name for name in names if pattern.search(name)]
+    if not kept:
+        raise ValueError(f"openvino_int8 keeps the matrix products matching {pattern.pattern!r} in float (the first block's FFN "
+                         f"output product of a BERT-family encoder), and this model has none: its first ones are {names[:8]}")  # fmt: skip
+    return kept
+
+
+def quantize_int8(converted, feeds: list[dict], smooth_quant_alpha: float = SMOOTH_QUANT_ALPHA, keep_float: re.Pattern | None = FLOAT_MATMULS):
+    """int8 weights and activations of the MatMuls but those `keep_float` names, and int8 embedding
+    tables (weights only): NNCF's post-training quantisation for transformers, its activation ranges
+    calibrated on `feeds`, SmoothQuant at `smooth_quant_alpha`; the softmax, LayerNorm and GELU run in
+    float. The defaults are the recipe of `openvino_int8`; benchmarks/peers/int8_recipes.py tries others."""
     import nncf
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
 
     if not feeds:
         raise ValueError("openvino_int8 needs at least one calibration batch")
-    return nncf.quantize(converted, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))
+    ignored = nncf.IgnoredScope(names=float_matmuls(converted, keep_float)) if keep_float is not None else None
+    smooth = AdvancedSmoothQuantParameters(matmul=smooth_quant_alpha)
+    return nncf.quantize(converted, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds), ignored_scope=ignored,
+                         advanced_parameters=AdvancedQuantizationParameters(smooth_quant_alphas=smooth))  # fmt: skip
 
 
 def _versions() -> dict:
