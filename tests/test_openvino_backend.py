@@ -164,19 +164,9 @@ def test_int8_quantises_the_matrix_products(checkpoints):
 
 def _weight_types(converted) -> dict[str, str]:
     """Each MatMul with a constant operand: the element type of that constant (int8 behind NNCF's dequantisation)."""
-    from taser.models.openvino_backend import _WEIGHT_PATH
+    from taser.models.openvino_backend import matmul_weight_constants
 
-    types = {}
-    for op in converted.get_ops():
-        if op.get_type_name() != "MatMul":
-            continue
-        for port in op.inputs():
-            source = port.get_source_output().get_node()
-            while source.get_type_name() in _WEIGHT_PATH:
-                source = source.input(0).get_source_output().get_node()
-            if source.get_type_name() == "Constant":
-                types[op.get_friendly_name()] = source.get_output_element_type(0).get_type_name()
-    return types
+    return {op.get_friendly_name(): constant.get_output_element_type(0).get_type_name() for op, constant in matmul_weight_constants(converted)}
 
 
 def test_int8_leaves_the_first_blocks_ffn_output_product_in_float_and_only_it(checkpoints):

@@ -156,10 +156,10 @@ def prepare_models(checkpoint: str | os.PathLike, backend: str) -> Path:
 _WEIGHT_PATH = ("Convert", "Transpose", "Reshape", "Subtract", "Multiply")
 
 
-def matmul_weights(converted) -> int:
-    """How many weights the matrix products of an OpenVINO model read (the constant operands of its
-    MatMuls, float or int8): TASER's side models hold their own side's experts only."""
-    total = 0
+def matmul_weight_constants(converted) -> list[tuple]:
+    """(MatMul, the constant its weights come from) for each MatMul with constant weights: the constant
+    is float, or int8 behind NNCF's dequantisation."""
+    found = []
     for op in converted.get_ops():
         if op.get_type_name() != "MatMul":
             continue
@@ -168,8 +168,14 @@ def matmul_weights(converted) -> int:
             while source.get_type_name() in _WEIGHT_PATH:
                 source = source.input(0).get_source_output().get_node()
             if source.get_type_name() == "Constant":
-                total += int(np.prod(source.get_output_shape(0)))
-    return total
+                found.append((op, source))
+    return found
+
+
+def matmul_weights(converted) -> int:
+    """How many weights the matrix products of an OpenVINO model read (the constant operands of its
+    MatMuls, float or int8): TASER's side models hold their own side's experts only."""
+    return sum(int(np.prod(constant.get_output_shape(0))) for _, constant in matmul_weight_constants(converted))
 
 
 def compile_side(path: Path, backend: str, threads: int | None):
