@@ -1,12 +1,11 @@
 """The encoding benchmark's accuracy figures and gate (benchmarks/peers/encode.py), which decide
 what `backend=auto` may pick: exact values on hand-made vectors."""
 
-import importlib.util
 import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 from taser.data.passages import Passage
 from taser.data.qa import QAPair
@@ -14,11 +13,7 @@ from taser.data.qa import QAPair
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("encode_bench", ROOT / "benchmarks" / "peers" / "encode.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "peers" / "encode.py", "encode_bench")
 
 
 def test_gate_judges_each_backend_against_torch_over_the_trained_models(bench):

@@ -1,21 +1,15 @@
 """The study that chose `openvino_int8`'s recipe (benchmarks/peers/int8_recipes.py): its rule, which
 candidate the report names as the library's, and the committed report regenerated from its record."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("int8_recipes", ROOT / "benchmarks" / "peers" / "int8_recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "peers" / "int8_recipes.py", "int8_recipes")
 
 
 def _row(model, candidate, moved, kept):
