@@ -1,8 +1,8 @@
-"""The OpenVINO backends of encoding (float32, bf16, NNCF int8): vectors within tolerance of PyTorch's
+"""The OpenVINO backends of encoding (float32, bf16, NNCF int8, int8 with bf16): vectors within tolerance of PyTorch's
 for `dpr`, `shared` and `taser` (deterministic and learned routing), each side a model of its own that
 holds only its own experts; the precision stated, not OpenVINO's CPU default; the models cached beside
-the checkpoint and rebuilt for other weights, recipes or calibration texts; a clear refusal where the
-package or the CPU's bf16 is missing."""
+the checkpoint and rebuilt for other weights, recipes or calibration texts (a bf16 variant compiling
+its float sibling's); a clear refusal where the package or the CPU's bf16 is missing."""
 
 import json
 
@@ -26,9 +26,11 @@ QUESTIONS = ["who wrote the origin of species?", "when did the berlin wall fall"
 PASSAGES = [("Charles Darwin", "On the Origin of Species was published in 1859 by Charles Darwin."), ("Berlin", "The wall fell in 1989."),
             ("Capitals", "Many capitals are named after rivers, saints and kings; some names are long and some are short, as this text is.")]
 # largest absolute difference from PyTorch's fp32 vectors (these tiny models' entries reach 3.1). Measured here (AMD EPYC,
-# AVX512, native bf16), largest over the model types and sides: openvino 4.8e-7, openvino_bf16 0.00086, openvino_int8 0.027.
-TOLERANCE = {"openvino": 1e-4, "openvino_bf16": 0.005, "openvino_int8": 0.06}
-needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="openvino_bf16 needs a CPU with native bf16 (its refusal is tested)")
+# AVX512, native bf16), largest over the model types and sides: openvino 4.8e-7, openvino_bf16 0.00086, openvino_int8 0.027,
+# openvino_int8_bf16 0.018.
+TOLERANCE = {"openvino": 1e-4, "openvino_bf16": 0.005, "openvino_int8": 0.06, "openvino_int8_bf16": 0.06}
+BF16 = tuple(b for b in backends.OPENVINO_BACKENDS if backends.ENGINE_PRECISION[b] == "bf16")
+needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="bf16 backends need a CPU with native bf16 (their refusal is tested)")
 
 
 def _checkpoint(tmp_path, pretrained, model_type, seed=0, **extra):
@@ -56,7 +58,7 @@ MODELS = {"dpr": ("dpr", {}), "shared": ("shared", {"pooling": "mean", "normaliz
           "taser-learned-token": ("taser", {"taser": {"specialize_every": 1, "routing": "learned_token"}}),
           "taser-attention-token": ("taser", {"taser": {"specialize_every": 1, "specialize": "attention", "routing": "learned_token"}})}
 # every model in float32; bf16 and int8 on the two-encoder and the specialised model (each conversion of int8 takes seconds)
-CASES = [("openvino", m) for m in MODELS] + [(b, m) for b in ("openvino_bf16", "openvino_int8") for m in ("dpr", "taser")]
+CASES = [("openvino", m) for m in MODELS] + [(b, m) for b in ("openvino_bf16", "openvino_int8", "openvino_int8_bf16") for m in ("dpr", "taser")]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def checkpoints(tmp_path_factory, tiny_pretrained):
     return get
 
 
-@pytest.mark.parametrize("backend, name", [pytest.param(b, m, marks=needs_bf16 if b == "openvino_bf16" else (), id=f"{b}-{m}") for b, m in CASES])
+@pytest.mark.parametrize("backend, name", [pytest.param(b, m, marks=needs_bf16 if b in BF16 else (), id=f"{b}-{m}") for b, m in CASES])
 def test_vectors_match_torch(checkpoints, backend, name):
     model_type, extra = MODELS[name]
     path = checkpoints(name)
@@ -89,18 +91,21 @@ def test_vectors_match_torch(checkpoints, backend, name):
     if model_type == "taser" and "routing" not in extra["taser"]:  # each side runs its own expert: the question model on passages gives other vectors
         q = fast.encode(ids["input_ids"], ids["attention_mask"], "question")
         assert not torch.allclose(q, fast.encode(ids["input_ids"], ids["attention_mask"], "passage"), atol=1e-3)
-    meta = json.loads((path / CACHE_DIR / backend / META_FILE).read_text())
-    assert meta["backend"] == backend and meta["recipe"] == backends.RECIPES[backends.Backend(backend)][1]
-    if backend != "openvino_bf16" and "routing" not in extra.get("taser", {}):  # each side holds its own weights only (TASER: its experts)
+    converted_as = backends.CONVERTED_AS.get(backend, backend)  # a bf16 variant compiles its float sibling's models
+    assert (backend == converted_as) != (backend in BF16) and not (backend != converted_as and (path / CACHE_DIR / backend).exists())
+    meta = json.loads((path / CACHE_DIR / converted_as / META_FILE).read_text())
+    assert meta["backend"] == converted_as and meta["recipe"] == backends.RECIPES[backends.Backend(backend)][1]
+    if "routing" not in extra.get("taser", {}):  # each side holds its own weights only (TASER: its experts)
         assert meta["matmul_weights"] == {side: _side_matmul_weights(model, side) for side in ("question", "passage")}
 
 
 def test_each_backend_states_its_precision_instead_of_openvinos_cpu_default(checkpoints):
     path = checkpoints("dpr")
-    for backend, hint in (("openvino", "f32"), ("openvino_int8", "f32")) + ((("openvino_bf16", "bf16"),) if cpu_has_native_bf16() else ()):
+    bf16 = (("openvino_bf16", "bf16"), ("openvino_int8_bf16", "bf16")) if cpu_has_native_bf16() else ()
+    for backend, hint in (("openvino", "f32"), ("openvino_int8", "f32")) + bf16:
         fast, _ = load_checkpoint(path, "cpu", backend=backend)
         assert {c.get_property("INFERENCE_PRECISION_HINT").to_string() for c in fast.compiled.values()} == {hint}
-        want = "bf16" if backend == "openvino_bf16" else "fp32"
+        want = "bf16" if backend in BF16 else "fp32"
         assert encoding_runtime(fast, "auto")["precision"] == want == backends.vectors_precision(backend, "auto", torch.device("cpu"))
         assert encoding_runtime(fast, "auto")["backend"] == backend
 
@@ -110,9 +115,10 @@ def test_bf16_is_refused_on_a_cpu_without_native_bf16(tmp_path, tiny_pretrained,
 
     path = _checkpoint(tmp_path, tiny_pretrained, "dpr")
     monkeypatch.setattr(taser.runtime, "cpu_has_native_bf16", lambda: False)
-    with pytest.raises(ValueError, match="backend=openvino_bf16 computes in bf16.*no native instructions.*Use backend=openvino"):
-        load_checkpoint(path, "cpu", backend="openvino_bf16")
-    assert not (path / CACHE_DIR / "openvino_bf16").exists()  # refused before any conversion
+    for backend, instead in (("openvino_bf16", "openvino"), ("openvino_int8_bf16", "openvino_int8")):
+        with pytest.raises(ValueError, match=f"backend={backend} computes in bf16.*no native instructions.*Use backend={instead}$"):
+            load_checkpoint(path, "cpu", backend=backend)
+    assert not (path / CACHE_DIR).exists()  # refused before any conversion
 
 
 def test_cache_is_reused_and_rebuilt_for_other_weights_recipes_and_calibration_texts(tmp_path, tiny_pretrained, checkpoints, monkeypatch, caplog):
@@ -210,6 +216,8 @@ def test_int8_hands_nncf_its_recipe_and_a_change_of_recipe_needs_a_new_version(c
     # models made by the old ones. Change these two and RECIPES' version together.
     assert (SMOOTH_QUANT_ALPHA, FLOAT_MATMULS.pattern, backends.RECIPES[backends.Backend.openvino_int8][1]) == (
         0.75, r"\.encoder\.layer\.0\.output\.(?:experts\.\d+\.output\.)?dense/", 2)
+    # a bf16 variant runs its sibling's models: the same version, so a new recipe of the sibling is a new one of the variant
+    assert {b: backends.RECIPES[backends.Backend(b)][1] for b in BF16} == {b: backends.RECIPES[backends.Backend(backends.CONVERTED_AS[b])][1] for b in BF16}
     path = checkpoints("dpr")
     model, tokenizer = load_checkpoint(path, "cpu", backend="openvino")
     converted = ov.Core().read_model(str(path / CACHE_DIR / "openvino" / "question.xml"))
@@ -227,12 +235,13 @@ def test_missing_package_is_refused_with_the_extra_to_install(monkeypatch):
 
     for name in ("openvino", "nncf"):
         monkeypatch.setitem(sys.modules, name, None)  # an import of it now fails, as where it is not installed
-    for backend in ("openvino", "openvino_bf16", "openvino_int8"):
+    for backend in backends.OPENVINO_BACKENDS:
         assert not backends.installed(backends.Backend(backend))
         with pytest.raises(ValueError, match=r"backend=openvino\S* needs the optional extra: pip install 'taser\[openvino\]'"):
             backends.resolve_backend(backend, "cpu")
     monkeypatch.delitem(sys.modules, "openvino")
-    assert backends.installed(backends.Backend.openvino) and not backends.installed(backends.Backend.openvino_int8)  # int8 needs nncf
+    assert backends.installed(backends.Backend.openvino) and backends.installed(backends.Backend.openvino_bf16)
+    assert not any(backends.installed(backends.Backend(b)) for b in ("openvino_int8", "openvino_int8_bf16"))  # int8 needs nncf
 
 
 @needs_bf16

@@ -10,8 +10,8 @@ and the accuracy gate that decides what `backend=auto` may pick (issue 35).
 Speed: the shipped all-MiniLM-L6-v2 (mean pooling, unit vectors) encodes the SQuAD protocol's
 2,141 passages and every shipped question (the 7,010 training questions of the first 30 articles
 and the 1,971 evaluation questions, 8,981) in every setting: taser's backends (`torch`, `onnx`,
-`onnx_int8`, `onnx_int8_static`, `onnx_int8_qkv`, `openvino`, `openvino_bf16` where the CPU has
-native bf16, `openvino_int8`) and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
+`onnx_int8`, `onnx_int8_static`, `onnx_int8_qkv`, `openvino`, `openvino_int8`, and where the CPU has
+native bf16 `openvino_bf16` and `openvino_int8_bf16`) and sentence-transformers' own CPU backends (`benchmarks/peers/st_encode.py`: torch, onnx, onnx
 O3, onnx int8, openvino, openvino int8, each built with its own helpers, in its own environment).
 Same texts, batch 64, max 256 tokens, the threads each library takes by default (all cores).
 Each setting is its own process (peak memory is its own); a round runs every setting once, and
@@ -53,7 +53,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from common import BASE_TRAIN, ROOT, command_line, machine_line, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
 
-TASER_BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv", "openvino", "openvino_bf16", "openvino_int8")
+TASER_BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_static", "onnx_int8_qkv", "openvino", "openvino_bf16", "openvino_int8",
+                  "openvino_int8_bf16")
 PEER_SETTINGS = ("torch", "onnx", "onnx-O3", "onnx-int8", "openvino", "openvino-int8")
 MINILM = {"model_type": "shared", "pretrained": "shipped:all-MiniLM-L6-v2", "pooling": "auto", "normalize": "auto"}
 TRAINED = {
@@ -529,11 +530,13 @@ def main() -> None:
         raise SystemExit("the gate judges each backend against taser's torch: --taser-backends must include torch")
     if args.peer_settings and not args.peer_python.is_file():
         raise SystemExit(f"sentence-transformers' environment is missing: {args.peer_python} (make peers-fast-env, or --peer-settings with nothing)")
+    from taser.models.backends import ENGINE_PRECISION
     from taser.runtime import cpu_has_native_bf16
 
-    if "openvino_bf16" in args.taser_backends and not cpu_has_native_bf16():
-        print("openvino_bf16 left out: this CPU has no native bf16 (the backend refuses to run)", flush=True)
-        args.taser_backends = [b for b in args.taser_backends if b != "openvino_bf16"]
+    bf16 = [b for b in args.taser_backends if ENGINE_PRECISION.get(b) == "bf16"]
+    if bf16 and not cpu_has_native_bf16():
+        print(f"{', '.join(bf16)} left out: this CPU has no native bf16 (bf16 backends refuse to run)", flush=True)
+        args.taser_backends = [b for b in args.taser_backends if b not in bf16]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.work.mkdir(parents=True, exist_ok=True)
     prepared = prepare(args)

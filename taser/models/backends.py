@@ -1,6 +1,7 @@
 """Which engine runs encoding (inference only): PyTorch; ONNX Runtime in float32 or with int8
 weights (`taser.models.onnx_backend`, the optional `fast` extra); or OpenVINO Runtime in float32, bf16
-or int8 (`taser.models.openvino_backend`, the optional `openvino` extra). Light: no torch, so config
+int8, or int8 with what stays float computed in bf16 (`taser.models.openvino_backend`, the optional `openvino`
+extra). Light: no torch, so config
 schemas can name the choice.
 
 `auto` picks, among the backends installed here, the fastest that passed the accuracy gate
@@ -30,6 +31,7 @@ class Backend(Choice):
     openvino = "openvino"  # OpenVINO Runtime, float32 (CPU)
     openvino_bf16 = "openvino_bf16"  # OpenVINO Runtime, computed in bf16 (CPUs with native bf16)
     openvino_int8 = "openvino_int8"  # OpenVINO Runtime, int8 weights and activations by NNCF, ranges calibrated once (CPU)
+    openvino_int8_bf16 = "openvino_int8_bf16"  # openvino_int8's models, what they leave in float computed in bf16 (CPUs with native bf16)
 
 
 # How each ONNX backend's graphs are made, (name, version) (`taser.models.onnx_backend`): a graph cache,
@@ -46,16 +48,23 @@ class Backend(Choice):
 # float32 3 / int8 4 / static int8 2 / int8 QKV 2: learned routing exported with every expert, each unit keeping its own
 # expert's output (taser.models.moe._dispatch_traced); before, the trace froze the example's split by expert into the graph
 # and a TASER with learned routing got wrong vectors. Deterministic routing's graphs are unchanged.
+# A bf16 variant compiles its float sibling's models (`CONVERTED_AS`) in bf16: its version is its sibling's.
 RECIPES: dict[Backend, tuple[str, int]] = {Backend.onnx: ("fused float32", 3), Backend.onnx_int8: ("fused int8", 4),
                                            Backend.onnx_int8_static: ("fused static int8", 2),
                                            Backend.onnx_int8_qkv: ("fused int8 with int8 attention QKV", 2),
                                            Backend.openvino: ("OpenVINO float32", 1), Backend.openvino_bf16: ("OpenVINO bf16", 1),
-                                           Backend.openvino_int8: ("OpenVINO NNCF int8, SmoothQuant 0.75, the first FFN output in float", 2)}
+                                           Backend.openvino_int8: ("OpenVINO NNCF int8, SmoothQuant 0.75, the first FFN output in float", 2),
+                                           Backend.openvino_int8_bf16: ("OpenVINO NNCF int8 as openvino_int8, its float operations in bf16", 2)}
 ONNX_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("onnx"))  # run by taser.models.onnx_backend
 OPENVINO_BACKENDS: tuple[str, ...] = tuple(str(b) for b in RECIPES if str(b).startswith("openvino"))  # by taser.models.openvino_backend
 # the precision a backend's vectors are computed in, where it is its own (the ONNX graphs' float32, OpenVINO's stated precision);
 # for an int8 backend, that of the operations left unquantised (its name says int8; recorded with its recipe version)
-ENGINE_PRECISION: dict[str, str] = {**{b: "fp32" for b in ONNX_BACKENDS}, "openvino": "fp32", "openvino_bf16": "bf16", "openvino_int8": "fp32"}
+ENGINE_PRECISION: dict[str, str] = {**{b: "fp32" for b in ONNX_BACKENDS}, "openvino": "fp32", "openvino_bf16": "bf16", "openvino_int8": "fp32",
+                                    "openvino_int8_bf16": "bf16"}
+# the backends whose models NNCF quantises (with nncf installed, calibrated on the calibration texts)
+OPENVINO_INT8: tuple[str, ...] = ("openvino_int8", "openvino_int8_bf16")
+# a bf16 variant runs the models of its float sibling, compiled in bf16: one conversion (and one calibration) serves both
+CONVERTED_AS: dict[str, str] = {"openvino_bf16": "openvino", "openvino_int8_bf16": "openvino_int8"}
 
 
 # what a manifest or an index records of how its vectors were computed (backend_record's keys, and the
@@ -107,7 +116,7 @@ def openvino_available(backend: Backend | str = "openvino") -> bool:
     Looked up, not imported: importing nncf sets up its own logging, which a check must not do."""
     from importlib.util import find_spec
 
-    return find_spec("openvino") is not None and (str(backend) != "openvino_int8" or find_spec("nncf") is not None)
+    return find_spec("openvino") is not None and (str(backend) not in OPENVINO_INT8 or find_spec("nncf") is not None)
 
 
 def installed(backend: Backend) -> bool:

@@ -3,7 +3,8 @@ and passage encoders converted once to OpenVINO models by its PyTorch frontend, 
 (`openvino`), computed in bf16 (`openvino_bf16`), or with int8 weights and activations quantised by
 NNCF's post-training quantisation, calibrated on the shipped calibration texts (`openvino_int8`:
 its settings for transformers, which also store the embedding tables in int8, weights only, with
-two choices of its own: `quantize_int8`).
+two choices of its own: `quantize_int8`), and those int8 models with what they leave in float
+computed in bf16 (`openvino_int8_bf16`).
 
 Each side is its own model from token ids and attention mask to the final vector, traced through
 `BiEncoder.encode(..., side)`: TASER's question model holds the question experts only, its passage
@@ -13,8 +14,9 @@ padded to the longest of each batch) runs unchanged; the attention is OpenVINO's
 
 OpenVINO's CPU plugin computes in bf16 by itself on a CPU with native bf16 (its default inference
 precision there): each backend states its precision instead (`INFERENCE_PRECISION`), so the maths is
-what the backend's name says. `openvino_bf16` is refused on a CPU without native bf16, where it would
-silently run in float32.
+what the backend's name says. A bf16 backend is refused on a CPU without native bf16, where it would
+silently run in float32. A bf16 backend compiles its float sibling's models (`CONVERTED_AS`): the
+conversion, and int8's calibration, are done once for both.
 
 The models are cached beside the checkpoint (`taser.models.graph_cache`) with the weights' identity,
 the recipe version (`taser.models.backends.RECIPES`) and, for int8, the calibration texts' digest.
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 
 from taser.io import atomic_dir
-from taser.models.backends import ENGINE_PRECISION, OPENVINO_BACKENDS, RECIPES, openvino_available  # noqa: F401 (openvino_available: this module's interface)
+from taser.models.backends import CONVERTED_AS, ENGINE_PRECISION, OPENVINO_BACKENDS, OPENVINO_INT8, RECIPES, openvino_available  # noqa: F401 (openvino_available: this module's interface)
 from taser.models.graph_cache import META_FILE, SIDES, GraphEncoder, Side, cache_root, calibration_digest, stale_reason, weights_digest
 
 log = logging.getLogger(__name__)
@@ -112,18 +114,20 @@ def _versions() -> dict:
 
 def prepare_models(checkpoint: str | os.PathLike, backend: str) -> Path:
     """The cache directory holding `<side>.xml` (and `.bin`) for both sides of `checkpoint` under
-    `backend` (one of `OPENVINO_BACKENDS`), converted now when missing, written for other weights,
-    made by another recipe, or (int8) calibrated on other texts."""
+    `backend` (one of `OPENVINO_BACKENDS`; a bf16 variant's are its float sibling's), converted now
+    when missing, written for other weights, made by another recipe, or (int8) calibrated on other texts."""
     import openvino as ov
 
     from taser.models.onnx_backend import calibration_feeds
 
     if str(backend) not in OPENVINO_BACKENDS:
         raise ValueError(f"no OpenVINO models for backend {backend!r}: the OpenVINO backends are {', '.join(OPENVINO_BACKENDS)}")
+    if str(backend) in CONVERTED_AS:
+        return prepare_models(checkpoint, CONVERTED_AS[str(backend)])
     backend, checkpoint = str(backend), Path(checkpoint)
     root = cache_root(checkpoint, backend)
     identity = weights_digest(checkpoint)
-    calibration = calibration_digest() if backend == "openvino_int8" else None
+    calibration = calibration_digest() if backend in OPENVINO_INT8 else None
     why = stale_reason(root, identity, RECIPES[backend], calibration, [f"{side}.{ext}" for side in SIDES for ext in ("xml", "bin")])
     if why is None:
         log.info("%s backend: models of %s reused from %s", backend, checkpoint, root)
@@ -139,7 +143,7 @@ def prepare_models(checkpoint: str | os.PathLike, backend: str) -> Path:
     with atomic_dir(root) as tmp:
         for side in SIDES:
             converted = convert_side(model, side)
-            if backend == "openvino_int8":
+            if backend in OPENVINO_INT8:
                 converted = quantize_int8(converted, calibration_feeds(tokenizer, model.config, side))
             weights[side] = matmul_weights(converted)
             ov.save_model(converted, str(tmp / f"{side}.xml"), compress_to_fp16=False)  # the default would halve every weight to fp16
@@ -191,7 +195,7 @@ def check_native_bf16(backend: str) -> None:
 
     if ENGINE_PRECISION[backend] == "bf16" and not cpu_has_native_bf16():
         raise ValueError(f"backend={backend} computes in bf16, which this CPU ({cpu_model()}) has no native instructions for "
-                         "(AVX512-BF16 or AMX): OpenVINO would run it in float32. Use backend=openvino")  # fmt: skip
+                         f"(AVX512-BF16 or AMX): OpenVINO would run it in float32. Use backend={CONVERTED_AS[backend]}")  # fmt: skip
 
 
 class OpenVinoEncoder(GraphEncoder):
