@@ -174,3 +174,10 @@ def test_a_child_process_reports_its_own_peak_memory_not_its_parents():
                            capture_output=True, text=True, check=True)
     assert parent_peak_gb > 0.4 and float(child.stdout) < 0.2
     del ballast
+
+
+def test_bf16_backends_are_left_out_where_the_cpu_has_no_native_bf16(bench):
+    every = list(bench.TASER_BACKENDS)
+    kept, left_out = bench.runnable_backends(every, native_bf16=False)
+    assert left_out == ["openvino_bf16", "openvino_int8_bf16"] and kept == [b for b in every if b not in left_out]
+    assert bench.runnable_backends(every, native_bf16=True) == (every, [])

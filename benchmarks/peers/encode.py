@@ -487,6 +487,14 @@ def write_sections(out: Path, head: str, written: dict[str, str]) -> str:
     return text
 
 
+def runnable_backends(backends: list[str], native_bf16: bool) -> tuple[list[str], list[str]]:
+    """(the taser backends this CPU can run, those left out): a bf16 backend needs native bf16."""
+    from taser.models.backends import ENGINE_PRECISION
+
+    left_out = [] if native_bf16 else [b for b in backends if ENGINE_PRECISION.get(b) == "bf16"]
+    return [b for b in backends if b not in left_out], left_out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-encode")
@@ -530,13 +538,11 @@ def main() -> None:
         raise SystemExit("the gate judges each backend against taser's torch: --taser-backends must include torch")
     if args.peer_settings and not args.peer_python.is_file():
         raise SystemExit(f"sentence-transformers' environment is missing: {args.peer_python} (make peers-fast-env, or --peer-settings with nothing)")
-    from taser.models.backends import ENGINE_PRECISION
     from taser.runtime import cpu_has_native_bf16
 
-    bf16 = [b for b in args.taser_backends if ENGINE_PRECISION.get(b) == "bf16"]
-    if bf16 and not cpu_has_native_bf16():
-        print(f"{', '.join(bf16)} left out: this CPU has no native bf16 (bf16 backends refuse to run)", flush=True)
-        args.taser_backends = [b for b in args.taser_backends if b not in bf16]
+    args.taser_backends, left_out = runnable_backends(args.taser_backends, cpu_has_native_bf16())
+    if left_out:
+        print(f"{', '.join(left_out)} left out: this CPU has no native bf16 (bf16 backends refuse to run)", flush=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.work.mkdir(parents=True, exist_ok=True)
     prepared = prepare(args)
