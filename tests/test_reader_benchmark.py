@@ -35,7 +35,7 @@ def test_smoke_reader_study_records_each_pair_and_reports_seed_aware_tests(squad
     assert "reader: reading comprehension" not in json.loads((records / "reader-dpr" / "seed-1" / "times.json").read_text())
     line = next(row for row in text.splitlines() if row.startswith("| reader on dpr |"))
     assert " ± " in line and "| 2 |" in line
-    assert "SQuAD EM@1" in text and "### Paired differences against reader on BM25" in text and "recipe p" in text
+    assert "SQuAD EM@1" in text and "SQuAD F1@1" in text and "### Paired differences against reader on BM25" in text and "recipe p" in text
     assert "### Against reader on BM25, seed by seed" in text and "Command: `python benchmarks/reader/run.py --rows" in text
     assert "| train reader on dpr | reader on dpr |" in text
 

@@ -179,5 +179,9 @@ def test_trained_reader_answers_the_questions_it_learned(tmp_path, tiny_pretrain
     run = read_run(tmp_path / "read" / "results.json")
     assert (run.task, run.system, run.dataset, run.seed, run.metrics["EM@6"]) == ("reader", "tiny reader on BM25", "Machines", 7, 87.5)
     table = markdown_table([run], ks=[1, 6])
-    assert table.splitlines()[0] == "| system | Machines top-1 | Machines top-6 | Machines EM@1 | Machines EM@6 | seeds | parameters |"
-    assert table.splitlines()[2].startswith(f"| tiny reader on BM25 | {results['top_k']['1']:.1f} [") and " 87.5 [" in table
+    assert table.splitlines()[0] == ("| system | Machines top-1 | Machines top-6 | Machines EM@1 | Machines EM@6 | Machines F1@1 | Machines F1@6 "
+                                     "| seeds | parameters |")
+    cells = [c.split(" [")[0].strip() for c in table.splitlines()[2].split("|")[1:-1]]
+    f1 = [sum(q[f"F1@{k}"] for q in per_query) / 8 for k in ("1", "6")]
+    assert cells[:7] == ["tiny reader on BM25", f"{results['top_k']['1']:.1f}", f"{results['top_k']['6']:.1f}", f"{results['em']['1']:.1f}",
+                         "87.5", f"{f1[0]:.1f}", f"{f1[1]:.1f}"]

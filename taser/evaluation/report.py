@@ -147,7 +147,8 @@ def report_markdown(runs: Sequence[RunResult], plots: dict[str, str], ks: Sequen
              "BEIR: fractions, computed by pytrec_eval with BEIR's conventions.")
     if any(r.task == "reader" for r in runs):
         text += (" EM@k: % of questions whose reader answer, taken from the best of the retriever's first k passages, equals an "
-                 "accepted answer after SQuAD's normalisation (a reader row's top-k: its retriever's on the questions it read).")
+                 "accepted answer after SQuAD's normalisation; F1@k: that answer's token F1, the largest over the accepted answers (SQuAD's), "
+                 "averaged over the questions (a reader row's top-k: its retriever's on the questions it read).")
     explained = note(comparison)
     text += "\n" + ("".join(f"\n- {part}" for part in explained) + "\n" if explained else "")
     differences = differences_table(runs, comparison, ks, beir_metrics)

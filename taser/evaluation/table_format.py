@@ -20,7 +20,7 @@ def _fmt_params(n: int | None) -> str:
 
 def _columns(runs: Sequence[RunResult], ks: Sequence[int | str], beir_metrics: Sequence[str]) -> list[tuple[str, str, str]]:
     """(dataset, metric, header) of each metric column, datasets in order of first appearance; a
-    dataset with reader runs has EM@k columns after its top-k ones (the reader rows fill both)."""
+    dataset with reader runs has EM@k then F1@k columns after its top-k ones (the reader rows fill all three)."""
     kinds: dict[str, set[str]] = {}
     for run in runs:
         kinds.setdefault(run.dataset, set()).add(run.task)
@@ -28,7 +28,7 @@ def _columns(runs: Sequence[RunResult], ks: Sequence[int | str], beir_metrics: S
     for dataset, tasks in kinds.items():
         metrics = list(beir_metrics) if tasks == {"beir"} else [f"top-{k}" for k in ks]
         if "reader" in tasks:
-            metrics += [f"EM@{k}" for k in ks]
+            metrics += [f"EM@{k}" for k in ks] + [f"F1@{k}" for k in ks]
         columns += [(dataset, m, f"{dataset} {m}") for m in metrics]
     return columns
 
