@@ -37,7 +37,7 @@ def test_smoke_reader_study_records_each_pair_and_reports_seed_aware_tests(squad
     assert " ± " in line and "| 2 |" in line
     assert "SQuAD EM@1" in text and "SQuAD F1@1" in text and "### Paired differences against reader on BM25" in text and "recipe p" in text
     assert "### Against reader on BM25, seed by seed" in text and "Command: `python benchmarks/reader/run.py --rows" in text
-    assert "| train reader on dpr | reader on dpr |" in text
+    assert f"| train reader on dpr | reader on dpr | {results['hardware']['cpu']} |" in text  # each time beside the CPU it ran on
 
     results_md = tmp_path / "out" / "results.md"
     results_md.write_text(results_md.read_text() + "\n## What the figures mean\n\nwritten by hand\n")

@@ -15,7 +15,7 @@ reader's `results.json`, `per_query.jsonl`, `predictions.json` and `times.json` 
 another session); a pair recorded there is skipped. `results.md` is rewritten from every recorded
 pair: EM@k and F1 per row (mean ± std over seeds), the retriever's top-k on the same questions, the
 seed-aware test of each row against the reader on BM25, the smallest difference it can see, and the
-time of each stage. The section from "## What the figures mean" on is written by hand and kept.
+time of each stage on the CPU that ran it. The section from "## What the figures mean" on is written by hand and kept.
 """
 
 from __future__ import annotations
@@ -132,11 +132,12 @@ def write_results(args) -> str:
     seeds = sorted({seed for _, seed in done})
     baseline = ROWS[BASELINE_ROW]
     body = report_markdown(runs, {}, ks=ks, title="Readers by retriever", stats=StatsSettings(baseline=baseline, resamples=args.resamples))
-    times: dict[str, dict[str, list[float]]] = {}
+    times: dict[str, dict[tuple[str, str], list[float]]] = {}  # stage -> (row, CPU) -> seconds: pairs ran on different machines
     for pair in done:
         path = record_dir(args, *pair) / "times.json"
+        cpu = (results[pair].get("hardware") or {}).get("cpu", "not recorded")
         for stage, seconds in (json.loads(path.read_text()) if path.is_file() else {}).items():
-            times.setdefault(stage, {}).setdefault(ROWS[pair[0]], []).append(seconds)
+            times.setdefault(stage, {}).setdefault((ROWS[pair[0]], cpu), []).append(seconds)
     settings = f" Overrides of the preset: `{' '.join(args.set)}`." if args.set else ""
     text = [
         "# End-to-end QA with seeds: a reader per retriever on the SQuAD benchmark (shipped data, 2 CPU cores)\n",
@@ -149,8 +150,9 @@ def write_results(args) -> str:
         f"retriever's accuracy on the same questions.{settings}\n",
         body.replace("\n## ", "\n### ").replace("# Readers by retriever", "## Readers by retriever", 1),
         "## Stage times (s, built in these pairs; a stage found in the store counts where it was built)\n\n"
-        "| stage | row | median | pairs |\n|---|---|---|---|\n"
-        + "".join(f"| {stage} | {row} | {statistics.median(v):.0f} | {len(v)} |\n" for stage, by_row in times.items() for row, v in by_row.items()),
+        "| stage | row | CPU | median | pairs |\n|---|---|---|---|---|\n"
+        + "".join(f"| {stage} | {row} | {cpu} | {statistics.median(v):.0f} | {len(v)} |\n"
+                  for stage, by_row in times.items() for (row, cpu), v in by_row.items()),
     ]
     out = "\n".join(text)
     args.results.parent.mkdir(parents=True, exist_ok=True)
