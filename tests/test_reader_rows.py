@@ -154,6 +154,8 @@ def test_reader_stage_keys_follow_their_settings_and_not_where_or_how_loudly(squ
     assert "reader: reading comprehension" not in no_reading and no_reading["train reader on dpr"] != base["train reader on dpr"]
     more = keys(extra=["table.reader_training.retrieve_k=7"])
     assert more["retrieve training questions (dpr)"] != base["retrieve training questions (dpr)"] and more["train reader on dpr"] != base["train reader on dpr"]
+    deeper = keys(extra=["table.evaluate.k=7"])  # the evaluation questions' retrieval changes, the reader does not: read again
+    assert deeper["train reader on dpr"] == base["train reader on dpr"] and deeper["read"] != base["read"]
 
 
 def test_reader_settings_are_checked_before_anything_runs(squad4, tiny_pretrained, tmp_path):  # noqa: F811
