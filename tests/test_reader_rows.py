@@ -305,3 +305,19 @@ def test_dense_mining_shares_the_training_questions_retrieval_with_the_reader_on
     assert mined.users == [("squad_cpu", "dpr-dense-neg")]
     [questions] = [s for s in stages.values() if s.kind == "train-questions"]
     assert ("squad_cpu", "dpr-dense-neg") in questions.users and ("squad_cpu", "reader-bm25") in questions.users
+
+
+def test_a_reader_row_names_the_table_and_row_when_its_data_has_several_training_files():
+    from types import SimpleNamespace
+
+    from taser.pipeline.reader_stages import reader_gold
+
+    def run_with(files):
+        return SimpleNamespace(data=lambda: {"train_files": files}, table=SimpleNamespace(name="t4"), job=SimpleNamespace(row="reader-dpr"),
+                               identity=lambda path: f"id:{path}")
+
+    assert reader_gold(run_with(["q.json"])) == (Path("q.json"), "id:q.json")
+    for files in (["a.json", "b.json"], []):
+        expected = rf"table t4, row reader-dpr: a reader trains on one training file of questions; the table's data has {len(files)}"
+        with pytest.raises(ValueError, match=expected):
+            reader_gold(run_with(files))
