@@ -321,3 +321,16 @@ def test_a_reader_row_names_the_table_and_row_when_its_data_has_several_training
         expected = rf"table t4, row reader-dpr: a reader trains on one training file of questions; the table's data has {len(files)}"
         with pytest.raises(ValueError, match=expected):
             reader_gold(run_with(files))
+
+
+def test_the_open_domain_stage_starts_from_the_reading_stages_reader(squad4, tiny_pretrained, tmp_path, monkeypatch):  # noqa: F811
+    from taser.pipeline import reader as pipeline_reader
+    from taser.pipeline.rows import run_row
+
+    loaded, original = [], pipeline_reader.Reader.load
+    monkeypatch.setattr(pipeline_reader.Reader, "load", lambda path, *a, **k: loaded.append(str(path)) or original(path, *a, **k))
+    record = run_row(reader_job(squad4, tiny_pretrained, tmp_path / "stages", "reader-bm25", 1, tmp_path / "out"))
+    reading, trained = (next(Path(s["dir"]) for s in record["stages"] if s["stage"] == name)
+                        for name in ("reader: reading comprehension", "train reader on BM25"))
+    assert loaded[0] == str(reading / "final")  # the first reader loaded: the open-domain stage's start
+    assert str(trained / "final") in loaded[1:]  # then the reading of the evaluation questions
