@@ -154,6 +154,9 @@ def test_reader_stage_keys_follow_their_settings_and_not_where_or_how_loudly(squ
     assert "reader: reading comprehension" not in no_reading and no_reading["train reader on dpr"] != base["train reader on dpr"]
     more = keys(extra=["table.reader_training.retrieve_k=7"])
     assert more["retrieve training questions (dpr)"] != base["retrieve training questions (dpr)"] and more["train reader on dpr"] != base["train reader on dpr"]
+    fewer_articles = keys(extra=["table.data.train_articles=2"])  # other gold passages: every reader stage trains again
+    assert fewer_articles["reader: reading comprehension"] != base["reader: reading comprehension"]
+    assert fewer_articles["training questions"] != base["training questions"] and fewer_articles["train reader on dpr"] != base["train reader on dpr"]
     deeper = keys(extra=["table.evaluate.k=7"])  # the evaluation questions' retrieval changes, the reader does not: read again
     assert deeper["train reader on dpr"] == base["train reader on dpr"] and deeper["read"] != base["read"]
 
@@ -334,3 +337,23 @@ def test_the_open_domain_stage_starts_from_the_reading_stages_reader(squad4, tin
                         for name in ("reader: reading comprehension", "train reader on BM25"))
     assert loaded[0] == str(reading / "final")  # the first reader loaded: the open-domain stage's start
     assert str(trained / "final") in loaded[1:]  # then the reading of the evaluation questions
+
+
+def test_a_reader_row_reads_with_its_own_reader_where_the_table_also_names_one(squad4, tiny_pretrained, tmp_path, monkeypatch):  # noqa: F811
+    """Would catch a reader row reading its retriever's passages with the table's `read.reader` (the
+    checkpoint the retriever rows are read with) instead of the reader the row trained."""
+    import taser.pipeline.reader as reader_module
+    from taser.pipeline.reader_stages import read_stage
+    from taser.pipeline.rows import RowRun
+    from taser.pipeline.stages import Stage
+
+    checkpoints = []
+    monkeypatch.setattr(reader_module, "read", lambda job: checkpoints.append(job.checkpoint))
+    shared = tmp_path / "shared-reader"
+    shared.mkdir()
+    (shared / "model.safetensors").write_bytes(b"not read here")
+    job = reader_job(squad4, tiny_pretrained, tmp_path / "stages", "reader-dpr", 1, tmp_path / "out", [f"table.read.reader={shared}"])
+    trained, evaluated = Stage("reader-0123", tmp_path / "trained", True, 0.0), Stage("evaluate-0123", tmp_path / "evaluated", True, 0.0)
+    read_stage(RowRun(job), evaluated, trained, "reader on dpr")
+    read_stage(RowRun(job), Stage("evaluate-4567", tmp_path / "evaluated-bm25", True, 0.0))  # a retriever row: the table's reader
+    assert checkpoints == [str(tmp_path / "trained" / "final"), str(shared)]

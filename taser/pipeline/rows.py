@@ -51,8 +51,11 @@ class RowRun:
         self._train_files: dict[tuple[str, int], tuple[list[str], list]] = {}
 
     def identity(self, path: Path) -> dict:
-        """A file's identity in a key: its content (`file_identity`), or its name when only planning."""
+        """A file's identity in a key: its content (`file_identity`), or its name when only planning
+        (a stage's output by its path in the store, which holds the stage's key: the file follows its stage's inputs)."""
         if self.store.planned:
+            if path.is_relative_to(self.store.root):
+                return {"stage_file": path.relative_to(self.store.root).as_posix()}
             root = Path(self.table.data_of(self.table.row(self.job.row)).data_dir)
             return {"file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name}
         return file_identity(path)
