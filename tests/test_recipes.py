@@ -341,3 +341,18 @@ def test_the_machine_interaction_test_holds_its_level_and_sees_a_machine_shift(s
         rejected += machine_split(d, np.zeros(q), machines, seeds).p < 0.05
     rate = rejected / draws
     assert (0.03 <= rate <= 0.07) if shift == 0 else rate >= 0.5, rate
+
+
+def test_no_number_of_seeds_detects_less_than_the_floor_the_questions_set():
+    """Would catch the report's "none (floor X)" resting on a floor other than the limit of the recipe
+    test's detectable difference as matched seeds grow: sigma_v^2 / Q stays however many seeds run."""
+    from scipy.stats import t
+
+    from taser.evaluation.recipes import Components, detectable_at_any_seeds, detectable_difference, seeds_needed
+
+    components = Components(seed=0.5, question=400.0, residual=900.0, seeds=3, questions=1000)
+    floor = detectable_at_any_seeds(components)
+    assert floor == pytest.approx((t.ppf(0.975, 999) + t.ppf(0.8, 999)) * np.sqrt(400.0 / 1000))
+    variance, df = components.variance(10**7)
+    assert detectable_difference(float(np.sqrt(variance)), df) == pytest.approx(floor, rel=1e-3)
+    assert seeds_needed(components, floor * 0.99, most=3000) is None and seeds_needed(components, floor * 1.1, most=3000) is not None

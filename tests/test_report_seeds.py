@@ -132,11 +132,12 @@ def test_the_report_says_what_difference_it_can_see_and_what_seeds_a_difference_
     taser = report["comparison"].cells[("taser", "SQuAD", "top-1")]
     assert recipe == pytest.approx(taser.recipe.detectable(0.05, 0.8), abs=0.051) and "(3 seeds)" in row
     assert 0 < runs_only  # over questions alone
-    from taser.evaluation.recipes import seeds_needed
+    from taser.evaluation.recipes import detectable_at_any_seeds, seeds_needed
 
     needed = [c.strip() for c in row.strip("|").split("|")[3:5]]
-    assert needed == [str(seeds_needed(taser.recipe.components, d) or "> 200") for d in (4.25, 8.5)]
-    assert needed[0] == "> 200" and needed[1].isdigit() and int(needed[1]) > 3  # the targets sit where the count changes: the check can fail
+    floor = detectable_at_any_seeds(taser.recipe.components)
+    assert seeds_needed(taser.recipe.components, 4.25) is None and floor > 4.25 and needed[0] == f"none (floor {floor:.1f})"
+    assert needed[1] == str(seeds_needed(taser.recipe.components, 8.5)) and int(needed[1]) > 3  # the targets sit where the count changes
     assert "no difference larger than about this" in section
 
 
@@ -242,16 +243,17 @@ def test_the_detectable_table_prints_the_median_over_systems_not_the_smallest(th
     the three recipes' figures are far enough apart that each column's median and minimum differ."""
     from scipy.stats import norm
 
-    from taser.evaluation.difference_tables import detectable_table
+    from taser.evaluation.difference_tables import detectable_table, seeds_for
     from taser.evaluation.recipes import seeds_needed
 
     runs, comparison = three_recipes
     cells = [comparison.cells[(s, "D", "top-1")] for s in RECIPES]
     recipe = sorted(c.recipe.detectable(0.05, 0.8) for c in cells)
     these_runs = sorted((norm.ppf(0.975) + norm.ppf(0.8)) * c.runs_se for c in cells)
-    needed = {t: sorted(seeds_needed(c.recipe.components, t) or 10**9 for c in cells) for t in (24.0, 28.0)}
-    shown = {t: "> 200" if n[1] == 10**9 else str(n[1]) for t, n in needed.items()}
-    smallest = {t: "> 200" if n[0] == 10**9 else str(n[0]) for t, n in needed.items()}
+    needed = {t: sorted(seeds_for(c.recipe.components, t, "top-1", 0.05, 0.8) for c in cells) for t in (24.0, 28.0)}
+    assert [n[1] for n in needed[28.0]] == [str(seeds_needed(c.recipe.components, 28.0)) for c in sorted(cells, key=lambda c: seeds_needed(c.recipe.components, 28.0))]
+    shown = {t: n[1][1] for t, n in needed.items()}
+    smallest = {t: n[0][1] for t, n in needed.items()}
     # the medians: each differs from the smallest as printed
     assert f"{recipe[1]:.1f}" != f"{recipe[0]:.1f}" and f"{these_runs[1]:.1f}" != f"{these_runs[0]:.1f}"
     assert all(shown[t] != smallest[t] for t in shown), (shown, smallest)
@@ -265,7 +267,7 @@ def test_the_detectable_difference_is_given_at_each_marks_holm_level(three_recip
     before Holm's correction, while each mark is decided at its step of Holm's procedure: the i-th
     smallest of the 3 recipe p-values meets alpha / (3 - i + 1), and each system's row gives the
     difference its recipe test detects at that level."""
-    from taser.evaluation.difference_tables import detectable_table
+    from taser.evaluation.difference_tables import detectable_table, seeds_for
     from taser.evaluation.recipes import seeds_needed
 
     runs, comparison = three_recipes
@@ -279,8 +281,8 @@ def test_the_detectable_difference_is_given_at_each_marks_holm_level(three_recip
         level = 0.05 / (3 - rank)
         assert cells[s].recipe_level == pytest.approx(level)
         mdd = cells[s].recipe.detectable(level, 0.8)
-        need = [seeds_needed(cells[s].recipe.components, t, level, 0.8) for t in (24.0, 28.0)]
-        assert rows[s] == [f"{mdd:.1f} at α {level:.2g}; seeds for 24/28: " + "/".join("> 200" if n is None else str(n) for n in need)]
+        need = [seeds_for(cells[s].recipe.components, t, "top-1", level, 0.8)[1] for t in (24.0, 28.0)]
+        assert rows[s] == [f"{mdd:.1f} at α {level:.2g}; seeds for 24/28: " + "/".join(need)]
         unadjusted = f"{cells[s].recipe.detectable(0.05, 0.8):.1f}"
         assert (f"{mdd:.1f}" != unadjusted) if rank < 2 else (f"{mdd:.1f}" == unadjusted)  # the first steps ask for more than alpha alone
 
@@ -305,7 +307,13 @@ def test_a_table_against_a_seedless_baseline_gives_the_recipes_detectable_differ
     row = next(line for line in section.splitlines() if line.startswith("| SQuAD top-1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == f"{cell.recipe.detectable(0.05, 0.8):.1f} (3 seeds)"
-    assert cells[3:] == [str(seeds_needed(cell.recipe.components, t) or "> 200") for t in (1.0, 2.0)]
+    from taser.evaluation.difference_tables import seeds_for
+
+    assert cells[3:] == [seeds_for(cell.recipe.components, t, "top-1", 0.05, 0.8)[1] for t in (1.0, 2.0)]
+    from taser.evaluation.recipes import detectable_at_any_seeds
+
+    floor = detectable_at_any_seeds(cell.recipe.components)
+    assert seeds_needed(cell.recipe.components, 2.0) is None and cells[3:] == [f"none (floor {floor:.1f})"] * 2 and floor > 2.0
     taser = next(line for line in section.splitlines() if line.startswith("| taser |"))
     assert f"{cell.recipe.detectable(0.05, 0.8):.1f} at α 0.05" in taser  # the only test of its family: Holm's level is alpha
 

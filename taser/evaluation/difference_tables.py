@@ -48,6 +48,21 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
     return "\n".join(lines) + "\n"
 
 
+def seeds_for(components, target: float, metric: str, alpha: float, power: float) -> tuple[tuple[float, float], str]:
+    """The matched seeds a recipe test needs for `target` as a sort key and a cell: the count; "> 200"
+    when the search's 200 seeds fall short; "none (floor X)" when no number of seeds reaches it on these
+    questions (`detectable_at_any_seeds`: more questions would, more seeds do not)."""
+    from taser.evaluation.recipes import detectable_at_any_seeds, seeds_needed
+
+    count = seeds_needed(components, target, alpha, power)
+    if count is not None:
+        return (count, 0.0), str(count)
+    floor = detectable_at_any_seeds(components, alpha, power)
+    if floor > abs(target):
+        return (float("inf"), floor), f"none (floor {_number(floor, metric)})"
+    return (10.0**9, floor), "> 200"
+
+
 OWN_RECIPE = ("paired by seed", "unpaired, against a seedless system", "unpaired")  # the row's recipe is the one with seeds
 
 
@@ -58,8 +73,6 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
     seedless baseline) and by the test of these runs; and the matched seeds a recipe test would need
     for the table's targets (at the observed variance). Then, per system, the same at the level its
     mark is decided at (`holm_detectable_table`)."""
-    from taser.evaluation.recipes import seeds_needed
-
     alpha, power, targets = comparison.settings.alpha, comparison.settings.power, tuple(comparison.settings.seeds_for)
     lines = []
     for dataset, metric, label in _columns(runs, ks, beir_metrics):
@@ -79,9 +92,8 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
             if metric in BEIR_METRICS or not with_components:  # the targets are points of a percentage; BEIR's metrics are fractions
                 need[target] = "–"
                 continue
-            counts = sorted((seeds_needed(r.components, target, alpha, power) or 10**9) for r in with_components)
-            middle = counts[len(counts) // 2]  # the median, a system that 200 seeds do not reach counting as more
-            need[target] = "> 200" if middle == 10**9 else str(middle)
+            counts = sorted(seeds_for(r.components, target, metric, alpha, power) for r in with_components)
+            need[target] = counts[len(counts) // 2][1]  # the median, a system that no number of seeds reaches counting as most
         lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
                      f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
                      f"{_number(sorted(runs_mdd)[len(runs_mdd) // 2], metric) if runs_mdd else '–'} | "
@@ -94,7 +106,9 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
             f"The difference each test detects with probability {power:.0%} at p < {alpha:g} (two-sided, before Holm's correction): "
             "a 'no difference' in this table means no difference larger than about this. Recipe test: (t_{1-α/2} + t_{power}) x its standard "
             "error, at the seeds and questions here (against a seedless system, the recipe's seeds); seeds needed: the fewest matched seeds "
-            "whose design reaches that difference at the observed variance components (median over the systems tested). These runs: the "
+            "whose design reaches that difference at the observed variance components (median over the systems tested); 'none (floor X)': "
+            "no number of seeds reaches it on these questions, where even unbounded seeds detect only X (the questions on which the two "
+            "systems differ set it: more questions lower it, more seeds do not). These runs: the "
             "same over questions alone, which says nothing of other seeds.\n")
     at_holm = holm_detectable_table(runs, comparison, ks, beir_metrics)
     return text + ("\n" + at_holm if at_holm else "")
@@ -105,8 +119,6 @@ def holm_detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks:
     """Per system and column: the smallest difference its mark's test detects at `power` at the level
     Holm's step-down compares that test's p with (alpha / (m - rank + 1), the level the mark is decided
     at), and the matched seeds the table's targets need at that level ("" when nothing was tested)."""
-    from taser.evaluation.recipes import seeds_needed
-
     power, targets = comparison.settings.power, tuple(comparison.settings.seeds_for)
     columns = _columns(runs, ks, beir_metrics)
     rows = []
@@ -120,8 +132,8 @@ def holm_detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks:
             elif cell.recipe is not None:
                 text = f"{_number(cell.recipe.detectable(level, power), metric)} at α {level:.2g}"
                 if cell.recipe.components is not None and metric not in BEIR_METRICS and targets:
-                    need = [seeds_needed(cell.recipe.components, t, level, power) for t in targets]
-                    text += "; seeds for " + "/".join(f"{t:g}" for t in targets) + ": " + "/".join("> 200" if n is None else str(n) for n in need)
+                    need = [seeds_for(cell.recipe.components, t, metric, level, power)[1] for t in targets]
+                    text += "; seeds for " + "/".join(f"{t:g}" for t in targets) + ": " + "/".join(need)
                 cells.append(text)
             else:
                 mdd = _runs_detectable(cell, level, power)
@@ -135,7 +147,7 @@ def holm_detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks:
             f"The same at the level each mark is decided at: the difference the test behind the system's mark (the recipe's where there "
             f"is one) detects with probability {power:.0%} at the level Holm's step-down procedure compares its p-value with (α / (m − i + 1) "
             f"for the i-th smallest of the family's m p-values; α = {comparison.settings.alpha:g}), and the matched seeds the recipe test "
-            "would need at that level for the table's target differences.\n")
+            "would need at that level for the table's target differences ('none (floor X)' as above).\n")
 
 
 def _runs_detectable(cell, alpha: float, power: float) -> float | None:

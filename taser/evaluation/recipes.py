@@ -26,8 +26,9 @@ over its own seeds, plus the questions'.
 
 The interval is a two-level bootstrap (seeds with replacement, then questions with replacement;
 paired: the same seeds and questions for both systems), and `detectable` gives the smallest
-difference the design detects at the given power, and `seeds_needed` how many matched seeds a
-given difference needs at the observed variance components. Where a test's seeds ran on more than one
+difference the design detects at the given power, `seeds_needed` how many matched seeds a
+given difference needs at the observed variance components (none below `detectable_at_any_seeds`, the
+floor the questions set). Where a test's seeds ran on more than one
 machine, `machine_split` gives the difference on each and tests the machine x recipe interaction
 (whether the difference changes with the machine more than seeds alone make it).
 """
@@ -272,6 +273,13 @@ def two_level_interval(a: np.ndarray, b: np.ndarray | None, weights=None, confid
         draws[start : start + n] = total
     low, high = np.quantile(draws, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(low), float(high)
+
+
+def detectable_at_any_seeds(components: Components, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest |difference| the recipe test detects at `power` however many matched seeds run, on
+    these questions: Var(mean difference) falls to sigma_v^2 / Q as seeds grow (the questions on which the
+    systems differ; df Q - 1), so a target below it needs more questions, not more seeds."""
+    return detectable_difference(float(np.sqrt(components.question / components.questions)), components.questions - 1, alpha, power)
 
 
 def seeds_needed(components: Components, difference: float, alpha: float = 0.05, power: float = 0.8, most: int = 200) -> int | None:
