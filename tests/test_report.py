@@ -119,3 +119,29 @@ def test_report_script(runs_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| taser (taser/final) | – | – | 83.6 | 89.0 | 0.671 | 128.4M |" in proc.stdout
     assert sorted(p.name for p in out.glob("*.png")) == ["topk-EntityQuestions.png", "topk-nq-test.png", "topk-scifact.png"]
+
+
+def test_entity_questions_per_relation_averages_each_systems_seeds():
+    """Would catch the relations table (EntityQuestions) pooling every system's runs into one, summing
+    or multiplying instead of averaging over seeds, or losing what a mean run is (system, dataset, task)."""
+    from taser.evaluation.report import relations_table
+    from taser.evaluation.runs import RunResult
+    from taser.evaluation.table_format import _seed_means
+
+    def eq(system, seed, p17, p36, macro):
+        return RunResult(system, "EntityQuestions", "entity_questions", top_k={"20": macro}, seed=seed,
+                         relations={"P17": {"20": p17}, **({"P36": {"20": p36}} if p36 is not None else {})})
+
+    runs = [eq("dpr", 1, 60.0, 30.0, 45.0), eq("dpr", 2, 70.0, None, 50.0), eq("taser", 1, 40.0, 20.0, 30.0)]
+    means = _seed_means(runs)
+    assert [(r.system, r.dataset, r.task) for r in means] == [("dpr", "EntityQuestions", "entity_questions"), ("taser", "EntityQuestions", "entity_questions")]
+    assert means[0].top_k == {"20": 47.5} and means[0].relations == {"P17": {"20": 65.0}, "P36": {"20": 30.0}}  # P36: the one seed that has it
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in relations_table(runs, ks=(20,)).splitlines()}
+    assert rows["relation"] == ["dpr top-20", "taser top-20"]
+    assert rows["P17"] == ["65.0", "40.0"] and rows["P36"] == ["30.0", "20.0"] and rows["**macro average**"] == ["47.5", "30.0"]
+
+
+def test_parameter_counts_are_written_in_millions():
+    from taser.evaluation.table_format import _fmt_params
+
+    assert [_fmt_params(n) for n in (None, 100_950_000, 66_361_344)] == ["–", "101.0M", "66.4M"]
