@@ -3,6 +3,7 @@ BM25, each with its per_query.jsonl; mean ± std and n, bootstrap intervals, sig
 against a baseline (Holm), the note under the table, the spread in the plot; then scripts/report.py."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -136,7 +137,7 @@ def test_the_report_says_what_difference_it_can_see_and_what_seeds_a_difference_
 
     needed = [c.strip() for c in row.strip("|").split("|")[3:5]]
     floor = detectable_at_any_seeds(taser.recipe.components)
-    assert seeds_needed(taser.recipe.components, 4.25) is None and floor > 4.25 and needed[0] == f"none (floor {floor:.1f})"
+    assert seeds_needed(taser.recipe.components, 4.25) is None and floor > 4.25 and needed[0] == f"none (floor {math.ceil(floor * 10) / 10:.1f})"
     assert needed[1] == str(seeds_needed(taser.recipe.components, 8.5)) and int(needed[1]) > 3  # the targets sit where the count changes
     assert "no difference larger than about this" in section
 
@@ -313,7 +314,7 @@ def test_a_table_against_a_seedless_baseline_gives_the_recipes_detectable_differ
     from taser.evaluation.recipes import detectable_at_any_seeds
 
     floor = detectable_at_any_seeds(cell.recipe.components)
-    assert seeds_needed(cell.recipe.components, 2.0) is None and cells[3:] == [f"none (floor {floor:.1f})"] * 2 and floor > 2.0
+    assert seeds_needed(cell.recipe.components, 2.0) is None and cells[3:] == [f"none (floor {math.ceil(floor * 10) / 10:.1f})"] * 2 and floor > 2.0
     taser = next(line for line in section.splitlines() if line.startswith("| taser |"))
     assert f"{cell.recipe.detectable(0.05, 0.8):.1f} at α 0.05" in taser  # the only test of its family: Holm's level is alpha
 
@@ -363,3 +364,15 @@ def test_a_run_reads_the_machine_its_results_record(tmp_path):
     for nothing in ({}, "AMD EPYC"):
         path.write_text(json.dumps({**results, "hardware": nothing, "precision": "fp32"}))
         assert read_run(path).machine is None
+
+
+def test_a_floor_just_above_the_target_is_printed_above_it():
+    """Would catch "none (floor 1.0)" for a target of 1: the floor is rounded up at the cell's decimals."""
+    from taser.evaluation.difference_tables import seeds_for
+    from taser.evaluation.recipes import Components, detectable_at_any_seeds
+
+    components = Components(seed=0.0, question=137.5, residual=900.0, seeds=3, questions=1000)
+    floor = detectable_at_any_seeds(components)
+    assert 1.0 < floor < 1.05
+    assert seeds_for(components, 1.0, "EM@1", 0.05, 0.8)[1] == "none (floor 1.1)"
+    assert seeds_for(components, 1.1, "EM@1", 0.05, 0.8)[1].isdigit()  # above the floor: a count

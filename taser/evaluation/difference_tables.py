@@ -4,6 +4,7 @@ one system, and each row beside its paper's figures (`taser.evaluation.report` a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from taser.evaluation.comparison import Comparison, StatsSettings
@@ -51,7 +52,7 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
 def seeds_for(components, target: float, metric: str, alpha: float, power: float) -> tuple[tuple[float, float], str]:
     """The matched seeds a recipe test needs for `target` as a sort key and a cell: the count; "> 200"
     when the search's 200 seeds fall short; "none (floor X)" when no number of seeds reaches it on these
-    questions (`detectable_at_any_seeds`: more questions would, more seeds do not)."""
+    questions (`detectable_at_any_seeds`, rounded up: more questions would, more seeds do not)."""
     from taser.evaluation.recipes import detectable_at_any_seeds, seeds_needed
 
     count = seeds_needed(components, target, alpha, power)
@@ -59,7 +60,8 @@ def seeds_for(components, target: float, metric: str, alpha: float, power: float
         return (count, 0.0), str(count)
     floor = detectable_at_any_seeds(components, alpha, power)
     if floor > abs(target):
-        return (float("inf"), floor), f"none (floor {_number(floor, metric)})"
+        scale = 1000 if metric in BEIR_METRICS else 10  # the floor rounded up at the cell's decimals: never printed as the target itself
+        return (float("inf"), floor), f"none (floor {_number(math.ceil(floor * scale) / scale, metric)})"
     return (10.0**9, floor), "> 200"
 
 
