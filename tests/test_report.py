@@ -145,3 +145,10 @@ def test_parameter_counts_are_written_in_millions():
     from taser.evaluation.table_format import _fmt_params
 
     assert [_fmt_params(n) for n in (None, 100_950_000, 66_361_344)] == ["–", "101.0M", "66.4M"]
+
+
+def test_signed_differences_carry_their_sign_and_their_metrics_decimals():
+    from taser.evaluation.table_format import _signed
+
+    assert [_signed(v, "top-20") for v in (-1.26, 0.0, 2.0)] == ["−1.3", "+0.0", "+2.0"]  # the minus sign, not a hyphen
+    assert _signed(-0.0123, "nDCG@10") == "−0.012"  # BEIR's fractions: 3 decimals
