@@ -353,6 +353,7 @@ def test_no_number_of_seeds_detects_less_than_the_floor_the_questions_set():
     components = Components(seed=0.5, question=400.0, residual=900.0, seeds=3, questions=1000)
     floor = detectable_at_any_seeds(components)
     assert floor == pytest.approx((t.ppf(0.975, 999) + t.ppf(0.8, 999)) * np.sqrt(400.0 / 1000))
+    assert detectable_at_any_seeds(components, 0.01, 0.9) == pytest.approx((t.ppf(0.995, 999) + t.ppf(0.9, 999)) * np.sqrt(400.0 / 1000))
     variance, df = components.variance(10**7)
     assert detectable_difference(float(np.sqrt(variance)), df) == pytest.approx(floor, rel=1e-3)
     assert seeds_needed(components, floor * 0.99, most=3000) is None and seeds_needed(components, floor * 1.1, most=3000) is not None

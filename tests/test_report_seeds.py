@@ -376,3 +376,16 @@ def test_a_floor_just_above_the_target_is_printed_above_it():
     assert 1.0 < floor < 1.05
     assert seeds_for(components, 1.0, "EM@1", 0.05, 0.8)[1] == "none (floor 1.1)"
     assert seeds_for(components, 1.1, "EM@1", 0.05, 0.8)[1].isdigit()  # above the floor: a count
+
+
+def test_the_median_system_of_seeds_needed_ranks_counts_then_too_many_then_none():
+    """Would catch the detectable table's median over systems ranking "none (floor X)" (no number of
+    seeds) below a count or "> 200" (more than the search tried): three systems, one of each."""
+    from taser.evaluation.difference_tables import seeds_for
+    from taser.evaluation.recipes import Components
+
+    count = Components(seed=0.0, question=50.0, residual=900.0, seeds=3, questions=1000)
+    too_many = Components(seed=0.0, question=119.5, residual=5000.0, seeds=3, questions=1000)  # floor 0.97: 600-odd seeds
+    none = Components(seed=0.0, question=400.0, residual=900.0, seeds=3, questions=1000)
+    cells = sorted(seeds_for(c, 1.0, "top-20", 0.05, 0.8) for c in (none, too_many, count))
+    assert [text for _, text in cells][0].isdigit() and [text for _, text in cells][1:] == ["> 200", "none (floor 1.8)"]
