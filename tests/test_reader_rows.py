@@ -164,6 +164,12 @@ def test_reader_stage_keys_follow_their_settings_and_not_where_or_how_loudly(squ
 def test_reader_settings_are_checked_before_anything_runs(squad4, tiny_pretrained, tmp_path):  # noqa: F811
     with pytest.raises(ValueError, match=r"open_domain: seed is set by the table"):
         reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["++table.reader_training.open_domain.seed=3"])
+    with pytest.raises(ValueError, match=r"reading: stage is set by the table"):
+        reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["++table.reader_training.reading.stage=open_domain"])
+    with pytest.raises(ValueError, match=r"table.reader_training.retrieve_k must be >= 1, got 0"):
+        reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["table.reader_training.retrieve_k=0"])
+    with pytest.raises(ValueError, match=r"table.reader_training.limit_train_questions must be >= 1 or null \(all\), got 0"):
+        reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["table.reader_training.limit_train_questions=0"])
     with pytest.raises(ValueError, match=r"row reader on dpr: train.batch_size must be an integer >= 1"):
         reader_job(squad4, tiny_pretrained, tmp_path, "reader-dpr", 1, tmp_path, ["table.reader_training.open_domain.batch_size=0"])
     with pytest.raises(ValueError, match=r"a reader row's uses='reader-dpr' must name a retriever row"):
@@ -294,6 +300,32 @@ def test_a_reader_key_holds_the_precision_auto_resolves_to_and_the_cpu_threads()
     assert key["cpu_threads"] == torch.get_num_threads() and "epochs" not in key and "device" not in key
     assert "cpu_threads" not in reader_train_key({"device": "cpu"}, threads=False) and "epochs" in reader_train_key({"device": "cpu"})
     assert reader_train_key({"device": "cpu", "eval_every": 5, "val_passages": 3}) == reader_train_key({"device": "cpu"})  # only best/ differs
+    assert reader_train_key({"device": "cpu", "name": "DPR reader", "max_nonfinite_losses": 9}) == reader_train_key({"device": "cpu", "name": "x"})
+
+
+def test_every_reader_setting_that_changes_the_weights_changes_the_reader_key():
+    """Would catch a setting that changes what the reader learns (its steps, warmup, passages per
+    question, rates, seed, stage...) left out of the stage key: two recipes would share one reader."""
+    from dataclasses import fields
+
+    from taser.pipeline.stage_settings import NOT_IN_READER_KEY, reader_train_key
+    from taser.reader.config import ReaderTrainConfig
+
+    base = {"device": "cpu", "max_steps": 10, "precision": "fp32"}
+    other = {"stage": "reading", "precision": "bf16", "max_steps": 11, "head_learning_rate": 3e-5, "epochs": 2}
+    checked = []
+    for f in fields(ReaderTrainConfig):
+        if f.name in NOT_IN_READER_KEY:
+            continue
+        default = base.get(f.name, f.default)
+        value = other.get(f.name, default * 2 + 1 if isinstance(default, int) and not isinstance(default, bool) else
+                          (default * 3 or 0.01) if isinstance(default, float) else not default if isinstance(default, bool) else None)
+        assert value is not None, f"no other value of {f.name} to try: add one to `other`"
+        settings = {**base, f.name: value} if f.name != "epochs" else {**base, "max_steps": None, "epochs": value}
+        reference = base if f.name != "epochs" else {**base, "max_steps": None}
+        assert reader_train_key(settings, threads=False) != reader_train_key(reference, threads=False), f.name
+        checked.append(f.name)
+    assert {"batch_size", "passages", "top_n", "max_answers", "stage", "learning_rate", "warmup_steps", "max_steps", "seed", "grad_clip"} <= set(checked)
 
 
 def test_dense_mining_shares_the_training_questions_retrieval_with_the_reader_on_the_same_retriever():

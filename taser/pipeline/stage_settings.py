@@ -101,7 +101,8 @@ def train_key(train: TrainConfig | dict, model: dict, processes: int, threads: b
     return key
 
 
-NOT_IN_READER_KEY = frozenset({"log_every", "save_every", "progress", "resume", "device", "eval_every", "val_passages", "val_max_questions"})
+NOT_IN_READER_KEY = frozenset({"log_every", "save_every", "progress", "resume", "device", "eval_every", "val_passages", "val_max_questions",
+                               "name", "max_nonfinite_losses"})  # the name only labels reports: one recipe under two names trains once
 
 
 def reader_train_key(train: dict, threads: bool = True) -> dict:
