@@ -244,14 +244,14 @@ def test_the_detectable_table_prints_the_median_over_systems_not_the_smallest(th
     the three recipes' figures are far enough apart that each column's median and minimum differ."""
     from scipy.stats import norm
 
-    from taser.evaluation.difference_tables import detectable_table, seeds_for
+    from taser.evaluation.difference_tables import detectable_table, seeds_needed_cell
     from taser.evaluation.recipes import seeds_needed
 
     runs, comparison = three_recipes
     cells = [comparison.cells[(s, "D", "top-1")] for s in RECIPES]
     recipe = sorted(c.recipe.detectable(0.05, 0.8) for c in cells)
     these_runs = sorted((norm.ppf(0.975) + norm.ppf(0.8)) * c.runs_se for c in cells)
-    needed = {t: sorted(seeds_for(c.recipe.components, t, "top-1", 0.05, 0.8) for c in cells) for t in (24.0, 28.0)}
+    needed = {t: sorted(seeds_needed_cell(c.recipe.components, t, "top-1", 0.05, 0.8) for c in cells) for t in (24.0, 28.0)}
     counts = sorted(seeds_needed(c.recipe.components, 28.0) for c in cells)  # every system reaches 28 points
     assert [n[1] for n in needed[28.0]] == [str(n) for n in counts]
     shown = {t: n[1][1] for t, n in needed.items()}
@@ -269,7 +269,7 @@ def test_the_detectable_difference_is_given_at_each_marks_holm_level(three_recip
     before Holm's correction, while each mark is decided at its step of Holm's procedure: the i-th
     smallest of the 3 recipe p-values meets alpha / (3 - i + 1), and each system's row gives the
     difference its recipe test detects at that level."""
-    from taser.evaluation.difference_tables import detectable_table, seeds_for
+    from taser.evaluation.difference_tables import detectable_table, seeds_needed_cell
 
     runs, comparison = three_recipes
     cells = {s: comparison.cells[(s, "D", "top-1")] for s in RECIPES}
@@ -282,7 +282,7 @@ def test_the_detectable_difference_is_given_at_each_marks_holm_level(three_recip
         level = 0.05 / (3 - rank)
         assert cells[s].recipe_level == pytest.approx(level)
         mdd = cells[s].recipe.detectable(level, 0.8)
-        need = [seeds_for(cells[s].recipe.components, t, "top-1", level, 0.8)[1] for t in (24.0, 28.0)]
+        need = [seeds_needed_cell(cells[s].recipe.components, t, "top-1", level, 0.8)[1] for t in (24.0, 28.0)]
         assert rows[s] == [f"{mdd:.1f} at α {level:.2g}; seeds for 24/28: " + "/".join(need)]
         unadjusted = f"{cells[s].recipe.detectable(0.05, 0.8):.1f}"
         assert (f"{mdd:.1f}" != unadjusted) if rank < 2 else (f"{mdd:.1f}" == unadjusted)  # the first steps ask for more than alpha alone
@@ -308,9 +308,9 @@ def test_a_table_against_a_seedless_baseline_gives_the_recipes_detectable_differ
     row = next(line for line in section.splitlines() if line.startswith("| SQuAD top-1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == f"{cell.recipe.detectable(0.05, 0.8):.1f} (3 seeds)"
-    from taser.evaluation.difference_tables import seeds_for
+    from taser.evaluation.difference_tables import seeds_needed_cell
 
-    assert cells[3:] == [seeds_for(cell.recipe.components, t, "top-1", 0.05, 0.8)[1] for t in (1.0, 2.0)]
+    assert cells[3:] == [seeds_needed_cell(cell.recipe.components, t, "top-1", 0.05, 0.8)[1] for t in (1.0, 2.0)]
     from taser.evaluation.recipes import detectable_at_any_seeds
 
     floor = detectable_at_any_seeds(cell.recipe.components)
@@ -368,24 +368,24 @@ def test_a_run_reads_the_machine_its_results_record(tmp_path):
 
 def test_a_floor_just_above_the_target_is_printed_above_it():
     """Would catch "none (floor 1.0)" for a target of 1: the floor is rounded up at the cell's decimals."""
-    from taser.evaluation.difference_tables import seeds_for
+    from taser.evaluation.difference_tables import seeds_needed_cell
     from taser.evaluation.recipes import Components, detectable_at_any_seeds
 
     components = Components(seed=0.0, question=137.5, residual=900.0, seeds=3, questions=1000)
     floor = detectable_at_any_seeds(components)
     assert 1.0 < floor < 1.05
-    assert seeds_for(components, 1.0, "EM@1", 0.05, 0.8)[1] == "none (floor 1.1)"
-    assert seeds_for(components, 1.1, "EM@1", 0.05, 0.8)[1].isdigit()  # above the floor: a count
+    assert seeds_needed_cell(components, 1.0, "EM@1", 0.05, 0.8)[1] == "none (floor 1.1)"
+    assert seeds_needed_cell(components, 1.1, "EM@1", 0.05, 0.8)[1].isdigit()  # above the floor: a count
 
 
 def test_the_median_system_of_seeds_needed_ranks_counts_then_too_many_then_none():
     """Would catch the detectable table's median over systems ranking "none (floor X)" (no number of
     seeds) below a count or "> 200" (more than the search tried): three systems, one of each."""
-    from taser.evaluation.difference_tables import seeds_for
+    from taser.evaluation.difference_tables import seeds_needed_cell
     from taser.evaluation.recipes import Components
 
     count = Components(seed=0.0, question=50.0, residual=900.0, seeds=3, questions=1000)
     too_many = Components(seed=0.0, question=119.5, residual=5000.0, seeds=3, questions=1000)  # floor 0.97: 600-odd seeds
     none = Components(seed=0.0, question=400.0, residual=900.0, seeds=3, questions=1000)
-    cells = sorted(seeds_for(c, 1.0, "top-20", 0.05, 0.8) for c in (none, too_many, count))
+    cells = sorted(seeds_needed_cell(c, 1.0, "top-20", 0.05, 0.8) for c in (none, too_many, count))
     assert [text for _, text in cells][0].isdigit() and [text for _, text in cells][1:] == ["> 200", "none (floor 1.8)"]

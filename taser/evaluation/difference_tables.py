@@ -49,7 +49,7 @@ def differences_table(runs: Sequence[RunResult], comparison: Comparison, ks: Seq
     return "\n".join(lines) + "\n"
 
 
-def seeds_for(components, target: float, metric: str, alpha: float, power: float) -> tuple[tuple[float, float], str]:
+def seeds_needed_cell(components, target: float, metric: str, alpha: float, power: float) -> tuple[tuple[float, float], str]:
     """The matched seeds a recipe test needs for `target` as a sort key and a cell: the count; "> 200"
     when the search's 200 seeds fall short; "none (floor X)" when no number of seeds reaches it on these
     questions (`detectable_at_any_seeds`, rounded up: more questions would, more seeds do not)."""
@@ -94,7 +94,7 @@ def detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks: Sequ
             if metric in BEIR_METRICS or not with_components:  # the targets are points of a percentage; BEIR's metrics are fractions
                 need[target] = "–"
                 continue
-            counts = sorted(seeds_for(r.components, target, metric, alpha, power) for r in with_components)
+            counts = sorted(seeds_needed_cell(r.components, target, metric, alpha, power) for r in with_components)
             need[target] = counts[len(counts) // 2][1]  # the median, a system that no number of seeds reaches counting as most
         lines.append(f"| {label} | {_number(median, metric) if median is not None else '–'}"
                      f"{f' ({min(seeds)} seeds)' if seeds else ''} | "
@@ -134,7 +134,7 @@ def holm_detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks:
             elif cell.recipe is not None:
                 text = f"{_number(cell.recipe.detectable(level, power), metric)} at α {level:.2g}"
                 if cell.recipe.components is not None and metric not in BEIR_METRICS and targets:
-                    need = [seeds_for(cell.recipe.components, t, metric, level, power)[1] for t in targets]
+                    need = [seeds_needed_cell(cell.recipe.components, t, metric, level, power)[1] for t in targets]
                     text += "; seeds for " + "/".join(f"{t:g}" for t in targets) + ": " + "/".join(need)
                 cells.append(text)
             else:
