@@ -2,6 +2,7 @@
 
 `python scripts/mine_negatives.py` (BM25 over the SQuAD benchmark's training questions)
 `python scripts/mine_negatives.py retriever=dense checkpoint=outputs/train/dpr/final index=outputs/train/dpr/index`
+`python scripts/mine_negatives.py distant_positives=true` (positives from BM25's best answer-bearing passage, DPR's Table 5)
 """
 
 import json
@@ -21,7 +22,7 @@ def main(cfg) -> None:
         job.input, job.passages, job.output, retriever=job.retriever, top_n=job.top_n,
         num_hard_negatives=job.num_hard_negatives, match=job.match, bm25=job.bm25, checkpoint=job.checkpoint,
         index=job.index, batch_size=job.batch_size, precision=job.precision, backend=job.backend, device=job.device,
-        block_size=job.block_size, offsets_cache=job.offsets_cache, progress=job.progress,
+        block_size=job.block_size, offsets_cache=job.offsets_cache, progress=job.progress, distant_positives=job.distant_positives,
     )
     print(json.dumps(summary, indent=2))
 

@@ -57,6 +57,37 @@ def test_distant_supervision_takes_the_best_ranked_answer_passage():
     assert mine_record(record(), [], PASSAGES) is None
 
 
+def test_distant_positives_replace_the_gold_one_with_the_best_ranked_answer_passage():
+    """DPR's Table 5: the same questions, each positive the retriever's best passage holding an answer."""
+    gold = {"title": "France", "text": "The capital of France is Paris.", "passage_id": "1"}
+    kept = mine_record(record(positives=[gold]), RANKED, PASSAGES)
+    assert kept["positive_ctxs"] == [gold]  # by default a given positive stays
+    out = mine_record(record(positives=[gold]), RANKED, PASSAGES, distant_positives=True)
+    assert out["positive_ctxs"] == [{"title": "Paris", "text": "Paris hosted the 1900 Olympics.", "score": 9.0, "passage_id": "3"}]
+    assert ids(out["hard_negative_ctxs"]) == ["2", "4", "5"]  # the gold passage holds the answer: never a negative
+    # a question whose ranking holds no answer is dropped, though it had a gold passage
+    assert mine_record(record(positives=[gold]), [("2", 1.0), ("4", 0.5)], PASSAGES, distant_positives=True) is None
+
+
+def test_mining_with_distant_positives_counts_every_written_question_as_distant(tmp_path):
+    gold = {"title": "Lyon", "text": "Lyon is a city in France.", "passage_id": "2"}
+    source = tmp_path / "in.json"
+    write_biencoder_json(source, [record(positives=[gold]), record(question="q2", answers=["Nice"], positives=[gold])])
+    summary = mine_hard_negatives(source, tmp_path / "out.json", fake_search(lambda q: RANKED), PASSAGES_STORE, top_n=5, progress=False,
+                                  distant_positives=True)
+    assert (summary["written"], summary["distant_positives"], summary["positives"]) == (2, 2, "distant")
+    out = list(BiEncoderJsonFile(tmp_path / "out.json"))
+    assert [ids(r["positive_ctxs"]) for r in out] == [["3"], ["5"]]
+
+
+class _Store:
+    def get_many(self, pids):
+        return {pid: PASSAGES[pid] for pid in pids}
+
+
+PASSAGES_STORE = _Store()
+
+
 def fake_search(ranking):
     return lambda questions, k: [ranking(q)[:k] for q in questions]
 

@@ -16,7 +16,7 @@ from taser.models.routers import LearnedRouter
 from taser.training.batching import collate, example_rng, make_example
 from taser.training.config import TrainConfig
 from taser.training.distributed import destroy_distributed
-from taser.training.loss import contrastive_nll
+from taser.training.loss import retrieval_loss
 from taser.training.step import StepRunner
 
 CPU = torch.device("cpu")
@@ -110,7 +110,7 @@ def expected_grads(model, batches, seeds, loss_cfg, chunk=0):
         owner.append(batch.ctx_owner + q_offset)
         offset += len(batch.ctx_owner)
         q_offset += batch.size
-    nll, _ = contrastive_nll(q, p, torch.cat(positive_idx), torch.cat(owner), loss_cfg)
+    nll, _ = retrieval_loss(q, p, torch.cat(positive_idx), torch.cat(owner), loss_cfg)
     nll_term = nll.sum() / len(q)
     aux_term = torch.stack(auxes).mean()
     names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])

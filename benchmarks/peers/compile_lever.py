@@ -25,7 +25,7 @@ def main() -> None:
 
     from taser.training.batching import collate
     from taser.training.config import TrainConfig
-    from taser.training.loss import contrastive_nll
+    from taser.training.loss import retrieval_loss
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-peers")
@@ -51,7 +51,7 @@ def main() -> None:
         b = collate(examples, tokenizer, MAX_LENGTH, MAX_LENGTH)
         start = time.perf_counter()
         out = model(b.questions, b.passages)
-        nll, _ = contrastive_nll(out.questions, out.passages, b.positive_idx, b.ctx_owner, loss_cfg)
+        nll, _ = retrieval_loss(out.questions, out.passages, b.positive_idx, b.ctx_owner, loss_cfg)
         nll.mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

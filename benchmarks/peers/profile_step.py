@@ -27,7 +27,7 @@ def main() -> None:
 
     from taser.training.batching import collate
     from taser.training.config import TrainConfig
-    from taser.training.loss import contrastive_nll
+    from taser.training.loss import retrieval_loss
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-peers")
@@ -47,7 +47,7 @@ def main() -> None:
 
     def step(b):
         out = model(b.questions, b.passages)
-        nll, _ = contrastive_nll(out.questions, out.passages, b.positive_idx, b.ctx_owner, loss_cfg)
+        nll, _ = retrieval_loss(out.questions, out.passages, b.positive_idx, b.ctx_owner, loss_cfg)
         nll.mean().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

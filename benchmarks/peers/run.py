@@ -92,7 +92,7 @@ def loss_check(data: dict) -> dict:
 
     from taser.training.batching import collate
     from taser.training.config import TrainConfig
-    from taser.training.loss import contrastive_nll
+    from taser.training.loss import retrieval_loss
 
     batch = triplets(data["train_files"][0], BATCH, BASE_TRAIN["seed"])
     st = sentence_transformer().eval()
@@ -108,7 +108,7 @@ def loss_check(data: dict) -> dict:
         with torch.no_grad():
             out = model(b.questions, b.passages)
             loss_cfg = TrainConfig.from_value({**BASE_TRAIN, "temperature": 1 / SCALE}).loss_config(model.config)
-            nll, _ = contrastive_nll(out.questions, out.passages, b.positive_idx, b.ctx_owner, loss_cfg)
+            nll, _ = retrieval_loss(out.questions, out.passages, b.positive_idx, b.ctx_owner, loss_cfg)
         ours[unpad] = float(nll.mean())
     return {"sentence_transformers": st_loss, "taser": ours[False], "taser_unpad": ours[True]}
 

@@ -52,6 +52,8 @@ _LIST = [
     _dpr("data.retriever.webq-train", "data/retriever/biencoder-webquestions-train.json.gz", ".json", True, "WebQuestions training questions"),
     _dpr("data.retriever.curatedtrec-train", "data/retriever/biencoder-curatedtrec-train.json.gz", ".json", True, "CuratedTREC training questions"),
     _dpr("data.retriever.qas.nq-dev", "data/retriever/nq-dev.qa.csv", ".csv", False, "NQ dev questions and answers (QA TSV)", NQ_LICENSE),
+    _dpr("data.retriever.qas.nq-train", "data/retriever/nq-train.qa.csv", ".csv", False,
+         "NQ training questions and answers (QA TSV): distant supervision's input", NQ_LICENSE),
     _dpr("data.retriever.qas.nq-test", "data/retriever/nq-test.qa.csv", ".csv", False, "NQ test questions and answers (QA TSV)", NQ_LICENSE),
     _dpr("data.retriever.qas.trivia-test", "data/retriever/trivia-test.qa.csv.gz", ".csv", True, "TriviaQA test questions and answers"),
     _dpr("data.retriever.qas.trivia-dev", "data/retriever/trivia-dev.qa.csv.gz", ".csv", True, "TriviaQA dev questions and answers"),

@@ -65,6 +65,9 @@ class BiEncoderConfig:
         self.model_type = ModelType.parse(self.model_type, "model_type").value
         self.similarity = Similarity.parse(self.similarity, "similarity").value
         self.pooling = Pooling.parse(self.pooling, "pooling").value
+        if self.similarity == Similarity.cosine:
+            # cosine is the dot product of unit vectors: encoding writes them, so an inner-product index searches what was trained
+            self.normalize = True
 
     @property
     def kind(self) -> ModelKind:

@@ -46,6 +46,11 @@ class ModelSettings:
             self.pooling = Pooling.parse(self.pooling, "model.pooling")
         if self.similarity is not None:
             self.similarity = Similarity.parse(self.similarity, "model.similarity")
+        if self.similarity == Similarity.cosine and self.init_checkpoint is None:  # a checkpoint's own are its own (check_settings)
+            if self.normalize is False:
+                raise ValueError("model.similarity=cosine scores unit vectors, and model.normalize=false would index the raw ones (an inner-product "
+                                 "search would then rank by dot product, not by the cosine trained): set model.normalize to true or null")
+            self.normalize = True
         self.attention = Attention.parse(self.attention, "model.attention")
         self.unpad = _none_if_auto(self.unpad)
         if self.unpad not in (None, True, False):

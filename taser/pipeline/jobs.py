@@ -213,6 +213,7 @@ class MineJob:
     top_n: int = 100
     num_hard_negatives: int = 30
     match: Match = Match.string
+    distant_positives: bool = False  # every question's positive: its retriever's best answer-bearing passage (DPR Table 5), given ones set aside
     block_size: int = 1000
     offsets_cache: str | None = None
     progress: bool = True

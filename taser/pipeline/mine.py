@@ -40,8 +40,10 @@ def mine_negatives(
     block_size: int = 1000,
     offsets_cache: str | os.PathLike | None = None,
     progress: bool = True,
+    distant_positives: bool = False,
 ) -> dict:
-    """Write `output_path`: the questions of `input_path` with mined `hard_negative_ctxs`.
+    """Write `output_path`: the questions of `input_path` with mined `hard_negative_ctxs` (and with
+    `distant_positives`, each question's positive replaced by its retriever's best answer-bearing passage).
 
     retriever="bm25": a BM25 index of `passages_tsv` (built, or reused from `bm25.index_dir`;
     default `<output dir>/bm25-<backend>`). retriever="dense": `checkpoint` and its FAISS
@@ -60,7 +62,7 @@ def mine_negatives(
         if retriever == "retrieval":
             meta = {"retriever": "retrieval", "retrieval": str(retrieval), "retrieved_k": retrieved_k}
             return mine_hard_negatives(input_path, output_path, retrieval_searcher(retrieval, retrieved_k), store, top_n, num_hard_negatives,
-                                       match, block_size, progress, meta=meta)
+                                       match, block_size, progress, meta=meta, distant_positives=distant_positives)
         if retriever == "bm25":
             settings = BM25Settings.from_dict(bm25)
             bm25_index = settings.open(passages_tsv, Path(output_path).parent / f"bm25-{settings.backend}")
@@ -68,6 +70,7 @@ def mine_negatives(
                 return mine_hard_negatives(
                     input_path, output_path, bm25_searcher(bm25_index, settings.threads), store, top_n,
                     num_hard_negatives, match, block_size, progress, meta={"retriever": "bm25", **settings.describe(bm25_index)},
+                    distant_positives=distant_positives,
                 )
             finally:
                 bm25_index.close()
@@ -80,4 +83,4 @@ def mine_negatives(
         search = dense_searcher(model, tokenizer, load_index(index), batch_size, runtime["precision"])
         meta = {"retriever": "dense", "model": str(checkpoint), "index": str(index), **runtime}
         return mine_hard_negatives(input_path, output_path, search, store, top_n, num_hard_negatives, match,
-                                   block_size, progress, meta=meta)
+                                   block_size, progress, meta=meta, distant_positives=distant_positives)

@@ -25,7 +25,7 @@ from taser.pipeline.allocation import allocation
 from taser.pipeline.process_tree import run_torchrun
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity, stage_key
-from taser.pipeline.table import DataKind, ExperimentJob, JobPhase, Negatives, RowKind, RowSpec, TableSpec
+from taser.pipeline.table import DataKind, ExperimentJob, JobPhase, Negatives, Positives, RowKind, RowSpec, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,9 @@ class RowRun:
         files, ids = [], []
         for source in sources:
             mine = {"top_n": ev.mine_top_n, "negatives": ev.mine_negatives, "match": self.match()}
+            distant = row.positives == Positives.distant
+            if distant:
+                mine["positives"] = "distant"  # keyed only when set: the stages mined with given positives keep their keys
             inputs = {"train": self.identity(source), "passages": data["ids"]["passages"]}
             if row.negatives == Negatives.bm25:
                 bm25 = self.bm25()
@@ -158,9 +161,10 @@ class RowRun:
                 args = {"retriever": "retrieval", "retrieval": str(retrieved.dir / "retrieval.json"), "retrieved_k": ev.mine_top_n}
             kind = "negatives-bm25" if row.negatives == Negatives.bm25 else "negatives-dense"
             stage = self.stage("negatives", kind, mine, inputs,
-                              lambda d, s=source, a=args: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
+                              lambda d, s=source, a=args, distant=distant: mine_negatives(s, data["passages"], d / "train.json", top_n=ev.mine_top_n,
                                                                          num_hard_negatives=ev.mine_negatives, match=self.match(),
-                                                                         progress=self.job.progress, **a), owner=row)
+                                                                         progress=self.job.progress, distant_positives=distant, **a),
+                              owner=row)
             files.append(str(stage.dir / "train.json"))
             ids.append(stage.key)
         return files, ids

@@ -36,6 +36,9 @@ from taser.training.config import TrainConfig
 NOT_IN_TRAIN_KEY = ("progress", "log_every", "save_every", "resume", "tensorboard", "loader_workers", "device", "name", "eval_every",
                     "val_max_questions", "val_batch_size", "compile_cache_dir", "max_nonfinite_losses", "grad_cache_chunk")
 
+# TrainConfig fields keyed only when not at their default (the default is the recipe every key made before them trained)
+UNKEYED_DEFAULTS = {"gold_negatives": 0, "loss": "nll", "margin": 1.0, "train_questions": None}
+
 
 def _plain(value):
     return json.loads(json.dumps(value, default=str))  # enums and paths as strings
@@ -87,6 +90,13 @@ def train_key(train: TrainConfig | dict, model: dict, processes: int, threads: b
 
     cfg = TrainConfig.from_value(dict(train) if isinstance(train, dict) else train)
     key = {k: v for k, v in _plain(asdict(cfg)).items() if k not in NOT_IN_TRAIN_KEY}
+    for name, default in UNKEYED_DEFAULTS.items():  # settings added later: at their default, the keys made before them still hold
+        if key[name] == default:
+            del key[name]
+    if cfg.loss == "nll":
+        key.pop("margin", None)
+    if cfg.train_questions is None:
+        del key["train_subset"]
     key["global_batch"] = cfg.batch_size * processes * cfg.grad_accumulation
     del key["batch_size"], key["grad_accumulation"]
     if cfg.max_steps is not None:
@@ -94,7 +104,8 @@ def train_key(train: TrainConfig | dict, model: dict, processes: int, threads: b
     if not cfg.compile:
         del key["compile_buckets"]
     key["precision"] = resolve_precision(str(cfg.precision), cfg.device)
-    if model.get("init_checkpoint") is None or cfg.temperature is not None:  # a checkpoint's normalisation is its own: keyed by its path
+    # a checkpoint's normalisation is its own: keyed by its path; triplet: raw scores, no temperature
+    if cfg.loss == "nll" and (model.get("init_checkpoint") is None or cfg.temperature is not None):
         key["temperature"] = cfg.resolved_temperature(bool(model.get("normalize")), str(model.get("similarity") or "dot"))
     if threads and pick_device(cfg.device).type == "cpu":
         key["cpu_threads"] = cpu_threads(processes)

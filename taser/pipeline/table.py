@@ -27,6 +27,11 @@ class Negatives(Choice):
     given = "given"  # the training files' own hard negatives (DPR's files carry BM25's)
 
 
+class Positives(Choice):
+    gold = "gold"  # the training files' own positives (a question without one: its distant positive, found while mining)
+    distant = "distant"  # every question's positive: the best answer-bearing passage of the mining retriever (DPR Table 5), given ones set aside
+
+
 class JobPhase(Choice):
     row = "row"  # the row's whole chain of stages, then its results
     prepare = "prepare"  # only the row's CPU stages (data, BM25 index, BM25-mined negatives): a table's sweep runs them on CPU jobs first
@@ -50,6 +55,7 @@ class RowSpec:
     model: dict[str, Any] = field(default_factory=dict)  # over the table's model settings
     train: dict[str, Any] = field(default_factory=dict)  # over the table's training settings
     negatives: Negatives = Negatives.bm25
+    positives: Positives = Positives.gold  # distant: found by the retriever that mines the negatives (negatives bm25 or dense)
     uses: str | None = None  # hybrid, negatives=dense: the row whose trained model (at the same seed) it uses; reader: its retriever row
     data: dict[str, Any] = field(default_factory=dict)  # over the table's data settings (a table of several datasets: DPR's Table 4)
     train_files: list[str] | None = None  # data kind files: this row's training files (multi-set) instead of the table's
@@ -59,6 +65,10 @@ class RowSpec:
     def __post_init__(self):
         self.kind = RowKind.parse(self.kind, "row.kind")
         self.negatives = Negatives.parse(self.negatives, "row.negatives")
+        self.positives = Positives.parse(self.positives, "row.positives")
+        if self.positives == Positives.distant and self.negatives == Negatives.given:
+            raise ValueError(f"row {self.name}: positives=distant are found by the retriever that mines the row's negatives; with "
+                             "negatives=given nothing is mined: set negatives to bm25 (DPR's distant supervision) or dense")
         if self.candidates is not None and (self.kind != RowKind.hybrid or self.candidates < 1):
             raise ValueError(f"row {self.name}: candidates (each retriever's top-N fused) is a setting of hybrid rows, >= 1; got {self.candidates}")
 

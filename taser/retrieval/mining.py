@@ -9,7 +9,9 @@ For each question a retriever (BM25, a dense model, or a retrieval already made)
   every other field is kept.
 - distant supervision (how DPR built its TriviaQA, WebQuestions and CuratedTREC data): a
   question with no `positive_ctxs` gets the highest-ranked retrieved passage that contains an
-  answer as its positive; a question with none in its top-N is dropped and counted.
+  answer as its positive; a question with none in its top-N is dropped and counted. With
+  `distant_positives`, every question is treated so, its given positives set aside (DPR's
+  Table 5: distant against gold supervision on the same questions).
 
 Input is a DPR bi-encoder JSON (usually with positives) or a QA TSV (question and answers
 only). Questions are processed in blocks: one batched search per block, the block's passages
@@ -97,14 +99,15 @@ def _is_positive(pid: str, text: str, positives: list[dict]) -> bool:
 
 
 def mine_record(record: dict, ranked: Sequence[Hit], passages: Mapping[str, Passage],
-                num_hard_negatives: int = 30, match: str = "string") -> dict | None:
-    """`record` with mined `hard_negative_ctxs` (and a distant positive when it had none).
+                num_hard_negatives: int = 30, match: str = "string", distant_positives: bool = False) -> dict | None:
+    """`record` with mined `hard_negative_ctxs` (and a distant positive when it had none, or always
+    with `distant_positives`: its given positives replaced by the distant one).
 
     `ranked` is the question's retrieved (passage id, score) list, best first; `passages`
     maps those ids to passages. None when the record has no positive and none was found.
     """
     answers = record.get("answers") or []
-    positives = list(record.get("positive_ctxs") or [])
+    positives = [] if distant_positives else list(record.get("positive_ctxs") or [])
     out = dict(record)
     # One walk down the ranking. Hard negatives are the first `num_hard_negatives` passages
     # that hold no answer and are not a positive. A distant positive (the first passage holding
@@ -179,6 +182,7 @@ def mine_hard_negatives(
     block_size: int = 1000,
     progress: bool = True,
     meta: dict | None = None,
+    distant_positives: bool = False,
 ) -> dict:
     """Mine hard negatives for every question of `input_path` into `output_path` (see the module notes).
 
@@ -202,12 +206,12 @@ def mine_hard_negatives(
             found = passages.get_many(pid for hits in ranked for pid, _ in hits)
             for record, hits in zip(block, ranked):
                 stats.questions += 1
-                out = mine_record(record, hits, found, num_hard_negatives, match)
+                out = mine_record(record, hits, found, num_hard_negatives, match, distant_positives)
                 if out is None:
                     stats.dropped_no_positive += 1
                     continue
                 stats.written += 1
-                stats.distant_positives += not record.get("positive_ctxs")
+                stats.distant_positives += distant_positives or not record.get("positive_ctxs")
                 stats.hard_negatives += len(out["hard_negative_ctxs"])
                 stats.fewer_than_requested += len(out["hard_negative_ctxs"]) < num_hard_negatives
                 yield out
@@ -225,6 +229,7 @@ def mine_hard_negatives(
         "top_n": top_n,
         "num_hard_negatives": num_hard_negatives,
         "match": match,
+        "positives": "distant" if distant_positives else "given (distant where none)",
         "questions": stats.questions,
         "written": stats.written,
         "dropped_no_positive": stats.dropped_no_positive,

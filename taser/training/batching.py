@@ -3,7 +3,10 @@
 Each question takes its first positive (DPR's default), `hard_negatives` passages from
 `hard_negative_ctxs` (falling back to `negative_ctxs` when it has none) and `other_negatives`
 from `negative_ctxs`, both drawn by a generator seeded from (seed, epoch, dataset, record), so
-a resumed run draws exactly what an uninterrupted one would.
+a resumed run draws exactly what an uninterrupted one would; then `gold_negatives`: the first
+positives of other records of its training set (DPR Table 3's "Gold" negatives), drawn once per
+(seed, dataset, record), so a question keeps the same ones at every epoch, and never a passage
+equal to one of its own positives (same `passage_id` where both have one, else the same text).
 """
 
 from __future__ import annotations
@@ -23,16 +26,48 @@ class Example:
     passages: list[dict]  # the positive first, then this question's negatives
 
 
-def make_example(record: dict, hard_negatives: int, other_negatives: int, rng: random.Random) -> Example:
+def make_example(record: dict, hard_negatives: int, other_negatives: int, rng: random.Random, gold: Sequence[dict] = ()) -> Example:
+    """`gold`: this question's gold negatives (`gold_negatives`), after its sampled ones."""
     hard_pool = record.get("hard_negative_ctxs") or record.get("negative_ctxs") or []
     other_pool = record.get("negative_ctxs") or []
     hard = rng.sample(hard_pool, min(hard_negatives, len(hard_pool)))
     other = rng.sample(other_pool, min(other_negatives, len(other_pool)))
-    return Example(record["question"], [record["positive_ctxs"][0], *hard, *other])
+    return Example(record["question"], [record["positive_ctxs"][0], *hard, *other, *gold])
 
 
 def example_rng(seed: int, epoch: int, dataset: int, index: int) -> random.Random:
     return random.Random(f"{seed}:{epoch}:{dataset}:{index}")
+
+
+def same_passage(a: dict, b: dict) -> bool:
+    """One passage: the same `passage_id` where both have one, else the same text."""
+    a_id, b_id = a.get("passage_id"), b.get("passage_id")
+    if a_id not in (None, "") and b_id not in (None, ""):
+        return str(a_id) == str(b_id)
+    return (a.get("text") or "").strip() == (b.get("text") or "").strip()
+
+
+def gold_negatives(records: Sequence[dict], index: int, count: int, seed: int, dataset: int) -> list[dict]:
+    """`count` first positives of other records of `records` for record `index`: drawn once per
+    (seed, dataset, record), none equal to one of the record's own positives or to each other.
+    Fewer when the set has too few distinct other positives (a bounded number of draws)."""
+    if count == 0:
+        return []
+    own = records[index]["positive_ctxs"]
+    rng = random.Random(f"gold:{seed}:{dataset}:{index}")
+    chosen: list[dict] = []
+    tried: set[int] = {index}
+    for _ in range(20 * count):
+        if len(chosen) == count or len(tried) >= len(records):
+            break
+        j = rng.randrange(len(records))
+        if j in tried:
+            continue
+        tried.add(j)
+        candidate = records[j]["positive_ctxs"][0]
+        if not any(same_passage(candidate, p) for p in (*own, *chosen)):
+            chosen.append(candidate)
+    return chosen
 
 
 @dataclass

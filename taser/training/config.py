@@ -13,12 +13,25 @@ if TYPE_CHECKING:
     from taser.training.loss import LossConfig
 
 
+def _parse_loss(value) -> str:
+    if value not in ("nll", "triplet"):  # taser.training.loss.LossKind, without importing torch
+        raise ValueError(f"unknown train.loss {value!r}; expected one of nll, triplet")
+    return str(value)
+
+
 @dataclass
 class TrainConfig:
     batch_size: int = 16  # questions per rank per micro-batch
     hard_negatives: int = 1
     other_negatives: int = 0
     in_batch: bool = True  # False: DPR's "1-of-N" without in-batch negatives
+    # other training questions' positives as each question's own negatives (DPR Table 3's "Gold" 1-of-N); never its own positive
+    gold_negatives: int = 0
+    loss: str = "nll"  # nll (DPR's softmax NLL) or triplet (DPR Table 6: hinge with `margin`; taser.training.loss)
+    margin: float = 1.0  # the triplet loss's margin (DPR's 1.0); unused by nll
+    # a fixed subset of the training questions (DPR Figure 1): this many, the same at every epoch and resume; null: all
+    train_questions: int | None = None
+    train_subset: str = "first"  # first: the first N records; seeded: N drawn once from `seed`
     temperature: float | None = None  # None: 0.05 for normalised vectors or cosine, else 1 (DPR)
     learning_rate: float = 2e-5
     weight_decay: float = 0.0
@@ -60,7 +73,20 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"train.{name} must be an integer >= 1, got {value!r}")
-        for name in ("hard_negatives", "other_negatives", "warmup_steps", "grad_cache_chunk", "eval_every", "save_every", "val_max_questions"):
+        self.loss = _parse_loss(self.loss)
+        if not isinstance(self.margin, (int, float)) or isinstance(self.margin, bool) or not self.margin > 0:
+            raise ValueError(f"train.margin (the triplet loss's) must be > 0, got {self.margin!r}")
+        if self.loss == "triplet" and self.temperature is not None:
+            raise ValueError(f"train.temperature={self.temperature} scales the NLL's scores; the triplet loss compares raw scores with "
+                             "train.margin: leave train.temperature null")
+        if self.train_subset not in ("first", "seeded"):
+            raise ValueError(f"unknown train.train_subset {self.train_subset!r}; expected one of first, seeded")
+        if self.train_questions is not None and (not isinstance(self.train_questions, int) or isinstance(self.train_questions, bool)
+                                                 or self.train_questions < 1):
+            raise ValueError(f"train.train_questions must be an integer >= 1 or null (every training question), "
+                             f"got {self.train_questions!r}")
+        for name in ("hard_negatives", "other_negatives", "gold_negatives", "warmup_steps", "grad_cache_chunk", "eval_every", "save_every",
+                     "val_max_questions"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"train.{name} must be an integer >= 0, got {value!r}")
@@ -92,7 +118,7 @@ class TrainConfig:
         from taser.training.loss import LossConfig  # imported here: keeps this module free of torch
 
         temperature = self.resolved_temperature(model_config.normalize, model_config.similarity)
-        return LossConfig(model_config.similarity, temperature, self.in_batch)
+        return LossConfig(model_config.similarity, temperature, self.in_batch, self.loss, self.margin)
 
     @classmethod
     def from_value(cls, value: TrainConfig | dict) -> TrainConfig:

@@ -19,17 +19,17 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from taser.training.batching import Batch, collate, example_rng, make_example
+from taser.training.batching import Batch, collate, example_rng, gold_negatives, make_example
 from taser.training.sampler import MultiSetSchedule
 
 
 class StepBatches(Dataset):
     def __init__(self, train_sets: Sequence, schedule: MultiSetSchedule, tokenizer, *, seed: int, batch_size: int, grad_accumulation: int,
                  hard_negatives: int, other_negatives: int, max_question_length: int, max_length: int, rank: int = 0, world_size: int = 1,
-                 first_step: int = 0, total_steps: int):
+                 first_step: int = 0, total_steps: int, gold_negatives: int = 0):
         self.train_sets, self.schedule, self.tokenizer = list(train_sets), schedule, tokenizer
         self.seed, self.batch_size, self.grad_accumulation = seed, batch_size, grad_accumulation
-        self.hard_negatives, self.other_negatives = hard_negatives, other_negatives
+        self.hard_negatives, self.other_negatives, self.gold_negatives = hard_negatives, other_negatives, gold_negatives
         self.max_question_length, self.max_length = max_question_length, max_length
         self.rank, self.world_size = rank, world_size
         self.first_step, self.total_steps = first_step, total_steps
@@ -52,7 +52,8 @@ class StepBatches(Dataset):
         batch = self._epoch_cache[1][position]
         start = (micro * self.world_size + self.rank) * self.batch_size
         examples = [
-            make_example(self.train_sets[d][i], self.hard_negatives, self.other_negatives, example_rng(self.seed, epoch, d, i))
+            make_example(self.train_sets[d][i], self.hard_negatives, self.other_negatives, example_rng(self.seed, epoch, d, i),
+                         gold_negatives(self.train_sets[d], i, self.gold_negatives, self.seed, d))
             for d, i in batch[start : start + self.batch_size]
         ]
         return collate(examples, self.tokenizer, self.max_question_length, self.max_length)

@@ -20,7 +20,7 @@ from taser.models.routers import AuxLoss
 from taser.runtime import autocast, resolve_precision
 from taser.training.batching import Batch
 from taser.training.distributed import gather_with_grad, no_sync
-from taser.training.loss import LossConfig, contrastive_nll
+from taser.training.loss import LossConfig, retrieval_loss
 
 if TYPE_CHECKING:
     from taser.training.compiled import CompiledEncoding
@@ -79,7 +79,7 @@ class StepRunner:
         ctx, ctx_offset = gather_with_grad(p)
         owner, _ = gather_with_grad(batch.ctx_owner + question_offset)
         ids = torch.arange(len(q), device=q.device) + question_offset
-        return contrastive_nll(q, ctx, batch.positive_idx + ctx_offset, owner, self.loss_config, ids)
+        return retrieval_loss(q, ctx, batch.positive_idx + ctx_offset, owner, self.loss_config, ids)
 
     def _routing_term(self, aux: AuxLoss | None, share: float, scale: float) -> torch.Tensor | float:
         """The one place the routing loss joins the objective: this pass's `share` of it (every

@@ -28,6 +28,7 @@ from taser.training.lr_decay import param_groups
 from taser.training.records import NonFiniteLosses, PendingStep, read_steps
 from taser.training.sampler import MultiSetSchedule
 from taser.training.step import StepRunner
+from taser.training.subset import fixed_subset
 from taser.training.tensorboard import TensorBoardLog
 from taser.training.validation import validate
 
@@ -95,7 +96,8 @@ class Trainer:
         dist_info: DistInfo | None = None,
         on_step: Callable[[int, dict], None] | None = None,
     ):
-        self.model, self.tokenizer, self.train_sets, self.cfg = model, tokenizer, list(train_sets), cfg
+        self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
+        self.train_sets = fixed_subset(list(train_sets), cfg.train_questions, cfg.train_subset, cfg.seed)
         self.dev_set, self.out = dev_set, Path(output_dir)
         self.dist = dist_info or DistInfo()
         self.on_step = on_step
@@ -134,7 +136,8 @@ class Trainer:
 
         cfg, config = self.cfg, self.model.config
         compiled = CompiledEncoding(bucket_lengths(config.max_question_length, cfg.compile_buckets), bucket_lengths(config.max_length, cfg.compile_buckets),
-                                    cfg.batch_size * (1 + cfg.hard_negatives + cfg.other_negatives), _pad_token_id(self.tokenizer, self.model),
+                                    cfg.batch_size * (1 + cfg.hard_negatives + cfg.other_negatives + cfg.gold_negatives),
+                                    _pad_token_id(self.tokenizer, self.model),
                                     resolve_cache_dir(cfg.compile_cache_dir))
         if self.dist.is_main:
             log.info("train.compile: encoders compiled by torch.compile (inductor, static shapes), inputs padded to lengths %s (questions) and %s "
@@ -151,7 +154,8 @@ class Trainer:
         dataset = StepBatches(self.train_sets, self.schedule, self.tokenizer, seed=cfg.seed, batch_size=cfg.batch_size,
                               grad_accumulation=cfg.grad_accumulation, hard_negatives=cfg.hard_negatives, other_negatives=cfg.other_negatives,
                               max_question_length=config.max_question_length, max_length=config.max_length, rank=self.dist.rank,
-                              world_size=self.dist.world_size, first_step=first_step, total_steps=self.total_steps)
+                              world_size=self.dist.world_size, first_step=first_step, total_steps=self.total_steps,
+                              gold_negatives=cfg.gold_negatives)
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if launcher_local_rank() is not None else 1
         workers = cfg.loader_workers if cfg.loader_workers is not None else default_loader_workers(self.device, local_world)
         return step_loader(dataset, workers, pin_memory=self.device.type == "cuda")

@@ -1,4 +1,4 @@
-"""Validation during training: NLL on held-out batches and DPR's average rank of the positive."""
+"""Validation during training: the training loss (`val_nll` or `val_triplet`) on held-out batches and DPR's average rank of the positive."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 
 from taser.models.encoding import encode_texts
 from taser.runtime import autocast
-from taser.training.batching import collate, example_rng, make_example
-from taser.training.loss import contrastive_nll, similarity_scores
+from taser.training.batching import collate, example_rng, gold_negatives, make_example
+from taser.training.loss import retrieval_loss, similarity_scores
 
 
 @torch.no_grad()
@@ -20,7 +20,8 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     # a seeded random subset: consecutive records share articles and often the same positive,
     # which would turn in-batch negatives into copies of the positive
     chosen = np.random.default_rng(cfg.seed).permutation(len(records))[:n]
-    examples = [make_example(records[int(i)], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, int(i))) for i in chosen]
+    examples = [make_example(records[int(i)], cfg.hard_negatives, cfg.other_negatives, example_rng(cfg.seed, 0, -1, int(i)),
+                             gold_negatives(records, int(i), cfg.gold_negatives, cfg.seed, -1)) for i in chosen]
     was_training = model.training
     model.eval()
     loss_config = cfg.loss_config(model.config)
@@ -29,7 +30,7 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
         batch = collate(examples[b : b + cfg.batch_size], tokenizer, model.config.max_question_length, model.config.max_length).to(device)
         with autocast(cfg.precision, device):
             out = model(batch.questions, batch.passages)
-        nll, ok = contrastive_nll(out.questions, out.passages, batch.positive_idx, batch.ctx_owner, loss_config)
+        nll, ok = retrieval_loss(out.questions, out.passages, batch.positive_idx, batch.ctx_owner, loss_config)
         nll_sum += float(nll.sum())
         correct += int(ok.sum())
     # average rank: every question against the pool of all questions' passages
@@ -42,4 +43,4 @@ def validate(model, tokenizer, records, cfg, device: torch.device) -> dict[str, 
     gold = scores[torch.arange(n), torch.from_numpy(positive)]
     ranks = (scores > gold[:, None]).sum(1).float()
     model.train(was_training)
-    return {"val_nll": nll_sum / n, "val_acc": correct / n, "val_avg_rank": float(ranks.mean())}
+    return {f"val_{loss_config.loss}": nll_sum / n, "val_acc": correct / n, "val_avg_rank": float(ranks.mean())}
