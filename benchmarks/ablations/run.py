@@ -89,6 +89,20 @@ def _preset_rows() -> list[Row]:
 
 ROWS = _preset_rows()
 BY_KEY = {r.key: r for r in ROWS}
+TITLE = "Ablations with seeds and significance on the SQuAD benchmark (shipped data)"
+SCRIPT = __file__  # the command the report names
+
+
+def use_study(preset: str, title: str, baselines: tuple[str, ...], script: str, default_dir: Path) -> None:
+    """Run another preset of the same protocol with this runner (benchmarks/dpr_cpu/run.py): its rows, its
+    report's title and baselines, the command its report names, and where its records and results go."""
+    global PRESET, ROWS, BY_KEY, TITLE, BASELINES, SCRIPT, DEFAULT_DIR
+    PRESET, TITLE, BASELINES, SCRIPT, DEFAULT_DIR = preset, title, baselines, script, default_dir
+    ROWS = _preset_rows()
+    BY_KEY = {r.key: r for r in ROWS}
+
+
+DEFAULT_DIR = Path(__file__).resolve().parent  # runs/ and results.md
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -113,10 +127,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="what Holm's correction runs over: every comparison of the report's tables as one family (a comparison in "
                         "two tables counted once), or each table on its own (named under each table)")
     p.add_argument("--report-only", action="store_true")
-    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "benchmarks" / "ablations")
-    p.add_argument("--records", type=Path, default=Path(__file__).resolve().parent / "runs",
+    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "benchmarks" / DEFAULT_DIR.name)
+    p.add_argument("--records", type=Path, default=DEFAULT_DIR / "runs",
                    help="finished pairs' results (committed: the study resumes from them anywhere)")
-    p.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results.md")
+    p.add_argument("--results", type=Path, default=DEFAULT_DIR / "results.md")
     args = p.parse_args(argv)
     args.rows = [r.key for r in ROWS if r.key in args.rows]  # in the preset's order
     args.seeds_given = args.seeds is not None
@@ -224,7 +238,7 @@ def report_command(args, seeds_held: list[int]) -> str:
     if args.seeds_given or seeds != list(DEFAULT_SEEDS):
         at = len(argv) if seeds_at is None else seeds_at
         argv[at:at] = ["--seeds", *map(str, seeds)]
-    return command_line(__file__, argv)
+    return command_line(SCRIPT, argv)
 
 
 _FIGURE = re.compile(r"[-−+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -295,7 +309,7 @@ def write_results(args) -> str:
     left_out = sorted({seed for row in ROWS if row.seeded for seed in recorded_seeds(args, row)} - set(seeds_done))
     seeds_note = f" (only those of --seeds; the records also hold seed(s) {', '.join(map(str, left_out))})" if left_out else ""
     text = [
-        "# Ablations with seeds and significance on the SQuAD benchmark (shipped data)\n",
+        f"# {TITLE}\n",
         f"Command: `{report_command(args, seeds_done)}` (resumes where it stopped; add "
         "`--report-only` to rewrite this file from the records)\n",
         recorded_machine_line(record_dir(args, row, seed) / "results.json" for row, seed in done) + "\n",  # where the records were made
