@@ -61,6 +61,7 @@ class RowSpec:
     train_files: list[str] | None = None  # data kind files: this row's training files (multi-set) instead of the table's
     candidates: int | None = None  # hybrid: each retriever's top-N fused (DPR fused the top-2000; None: evaluate.k)
     reference: dict[str, float | None] = field(default_factory=dict)  # the paper's figures, e.g. {"top20": 78.4}; {}: not reported
+    cites: str | None = None  # the entry of taser/evaluation/reference_figures.yaml those figures are (its source); set with `reference`
 
     def __post_init__(self):
         self.kind = RowKind.parse(self.kind, "row.kind")
@@ -186,7 +187,10 @@ class TableSpec:
             raise ValueError(f"table {self.name} has no rows")
         if not self.seeds:
             raise ValueError(f"table {self.name} has no seeds")
+        from taser.evaluation.reference_figures import check_row_reference
+
         for key, row in self.rows.items():
+            check_row_reference(f"table {self.name}, row {key}", row.cites, row.reference)
             needs_uses = row.kind == RowKind.hybrid or row.negatives == Negatives.dense
             if needs_uses and row.uses not in self.rows:
                 raise ValueError(f"table {self.name}, row {key}: uses={row.uses!r} must name another row of the table "

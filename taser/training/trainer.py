@@ -113,6 +113,10 @@ class Trainer:
         self.total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * self.schedule.batches_per_epoch
         if self.total_steps < 1:
             raise ValueError(f"nothing to train: {self.schedule.batches_per_epoch} batches per epoch, max_steps {cfg.max_steps}")
+        if cfg.warmup_steps >= self.total_steps and self.dist.is_main:
+            log.warning("train.warmup_steps=%d is not shorter than the run (%d steps): the learning rate never reaches train.learning_rate=%g "
+                        "(at most %.2fx of it); shorten the warm-up or train longer", cfg.warmup_steps, self.total_steps, cfg.learning_rate,
+                        self.total_steps / (cfg.warmup_steps + 1))
         self._curves: TensorBoardLog | None = None
         self._compiled = None  # taser.training.compiled.CompiledEncoding under train.compile
         if cfg.compile:
