@@ -392,7 +392,8 @@ def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     writes_results = row.seeded or job.seed == first_seed
     record = {
         "table": table.name, "row": job.row, "name": row.name, "seed": job.seed if row.seeded else None, "dataset": table.data_of(row).dataset,
-        "reference": row.reference, "reference_cites": row.cites, "reference_source": table.reference_source, "commit": code_commit(), "machine": describe_hardware(),
+        "reference": row.reference, "reference_cites": row.cites, "reference_source": table.reference_source, "commit": code_commit(),
+        "machine": describe_hardware(),
         "allocation": allocation(),
         "seconds": time.perf_counter() - start, "job": asdict(job),
         "stages": stage_records(run.stages),
