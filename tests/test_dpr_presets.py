@@ -143,3 +143,29 @@ def test_a_warm_up_that_outlasts_the_run_is_named(tmp_path, tiny_pretrained, min
 def test_the_distant_row_setting_needs_a_miner():
     with pytest.raises(ValueError, match="positives=distant are found by the retriever that mines the row's negatives"):
         job_of(["table=dpr_table5", "row=distant", "table.rows.distant.negatives=given"])
+
+
+def test_table4_multi_readers_start_from_nqs_reader_on_the_multi_set_retriever():
+    from taser.pipeline.rows import row_stages
+
+    inputs = {}
+
+    class Recording(PlannedStore):
+        def run(self, kind, settings, given, build):
+            stage = super().run(kind, settings, given, build)
+            inputs[stage.key] = given
+            return stage
+
+    def stages(row):
+        job = job_of(["table=dpr_table4", f"row={row}"])
+        run = RowRun(job, Recording())
+        row_stages(run, job.table.rows[row], 1)
+        return {label: stage for label, stage in run.stages}
+
+    nq_reader = stages("nq-reader-dpr")["train reader on DPR"].key
+    for ds in ("webq", "trec"):
+        multi = stages(f"{ds}-reader-multi")
+        assert multi["train reader on DPR"].key == nq_reader  # NQ's reader, built (or found) on the way
+        assert multi["train DPR (Multi)"].key == trained_key("dpr_table2", f"{ds}-multi") == trained_key("dpr_nq", "dpr-multi")
+        own = multi["train reader on DPR (Multi)"]
+        assert own.key != nq_reader and inputs[own.key]["init"] == nq_reader

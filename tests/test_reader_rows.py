@@ -389,3 +389,37 @@ def test_a_reader_row_reads_with_its_own_reader_where_the_table_also_names_one(s
     read_stage(RowRun(job), evaluated, trained, "reader on dpr")
     read_stage(RowRun(job), Stage("evaluate-4567", tmp_path / "evaluated-bm25", True, 0.0))  # a retriever row: the table's reader
     assert checkpoints == [str(tmp_path / "trained" / "final"), str(shared)]
+
+
+# reader-dpr made to fine-tune reader-bm25's reader, for 2 steps of its own (a table's rows are typed: overrides change existing ones)
+FINE_TUNED = ["++table.rows.reader-dpr.reader_from=reader-bm25", "++table.rows.reader-dpr.reader.max_steps=2"]
+
+
+def test_a_reader_row_fine_tunes_another_rows_reader_of_the_same_seed(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    """DPR Table 4's Multi rows: a reader row starts from the reader another reader row trained (at
+    the same seed), not from the reading stage; the source row's job then finds that reader built."""
+    from taser.pipeline.rows import READER_DIR, run_row
+
+    stages = tmp_path / "stages"
+    record = run_row(reader_job(squad4, tiny_pretrained, stages, "reader-dpr", 1, tmp_path / "ft", FINE_TUNED))
+    by_label = {s["stage"]: s for s in record["stages"]}
+    source, own = by_label["train reader on BM25"], by_label["train reader on dpr"]
+    assert source["built"] and own["built"]
+    spec = json.loads((Path(own["dir"]) / "stage.json").read_text())
+    assert spec["inputs"]["init"] == source["key"] and spec["settings"]["train"]["max_steps"] == 2  # the row's own reader settings
+    assert json.loads((Path(source["dir"]) / "stage.json").read_text())["settings"]["train"]["max_steps"] == 4
+    assert (tmp_path / "ft" / READER_DIR / "results.json").is_file()
+    bm25 = run_row(reader_job(squad4, tiny_pretrained, stages, "reader-bm25", 1, tmp_path / "bm25", FINE_TUNED))
+    assert not next(s for s in bm25["stages"] if s["stage"] == "train reader on BM25")["built"]  # found: trained once for both rows
+
+
+def test_reader_from_and_row_reader_settings_are_checked(squad4, tiny_pretrained, tmp_path):  # noqa: F811
+    base = [*tiny(squad4, tiny_pretrained, tmp_path), "row=reader-bm25"]
+    with pytest.raises(ValueError, match="reader_from='dpr' must name another reader row of the table"):
+        job_of([*base, "++table.rows.reader-dpr.reader_from=dpr"])
+    with pytest.raises(ValueError, match=r"reader_from goes round in a circle \(reader-bm25 -> reader-dpr -> reader-bm25\)"):
+        job_of([*base, "++table.rows.reader-bm25.reader_from=reader-dpr", "++table.rows.reader-dpr.reader_from=reader-bm25"])
+    with pytest.raises(ValueError, match="reader and reader_from are settings of reader rows"):
+        job_of([*base, "++table.rows.dpr.reader_from=reader-bm25"])
+    with pytest.raises(ValueError, match="row reader on BM25: .*batch_szie"):
+        job_of([*base, "++table.rows.reader-bm25.reader.batch_szie=2"])

@@ -55,21 +55,40 @@ def reading_reader(run: RowRun) -> Stage | None:
     return run.stage("reader: reading comprehension", "reader-reading", settings, {"gold": gold_id}, build)
 
 
+def source_reader(run: RowRun, row: RowSpec, seed: int) -> Stage | None:
+    """The reader a reader row starts from: the reader of the row it names in `reader_from` (trained on
+    that row's own data, at the same seed), else the table's reading stage (None: none, from the encoder)."""
+    if row.reader_from is None:
+        return reading_reader(run)
+    import copy
+
+    job = copy.copy(run.job)
+    job.row = row.reader_from
+    source = type(run)(job, run.store)  # a RowRun of the source row: its own data (another dataset's training questions)
+    stage = trained_reader(source, run.table.rows[row.reader_from], seed)
+    for label, built in source.stages:  # the source's stages are this job's too (its record lists them)
+        if all(built.key != s.key for _, s in run.stages):
+            run.stages.append((label, built))
+            run.owners.setdefault(built.key, source.owners.get(built.key, row.reader_from))
+    return stage
+
+
 def trained_reader(run: RowRun, row: RowSpec, seed: int) -> Stage:
     """The reader row's reader: the open-domain stage on its retriever's top passages of the training
-    questions (from the reading stage when the table has one), at the row's seed."""
+    questions, at the row's seed, from the reader of the row it names in `reader_from`, else from the
+    reading stage when the table has one; its settings the table's `open_domain` with the row's `reader` over them."""
     spec, retriever = run.table.reader_training, run.table.rows[row.uses]
     questions = train_questions(run)
     retrieved = run.retrieve(retriever, seed, f"retrieve training questions ({retriever.name})", "retrieve-train",
                               questions.dir / "questions.qa.tsv", questions.key, spec.retrieve_k)
-    reading = reading_reader(run)
+    start = source_reader(run, row, seed)
     gold, gold_id = reader_gold(run)
-    train = {**spec.open_domain, "stage": "open_domain", "seed": seed, "name": row.name}
-    inputs = {"retrieval": retrieved.key, "gold": gold_id, "init": reading.key if reading else None}
+    train = {**spec.open_domain, **row.reader, "stage": "open_domain", "seed": seed, "name": row.name}
+    inputs = {"retrieval": retrieved.key, "gold": gold_id, "init": start.key if start else None}
     settings = {"model": reader_model(run), "train": reader_train_key(train, threads=not run.store.planned)}
 
     def build(d: Path) -> None:
-        init = str(reading.dir / "final") if reading else None
+        init = str(start.dir / "final") if start else None
         train_reader_stage(reader_model(run), init, train, str(gold), str(retrieved.dir / "retrieval.json"), run.match(),
                            d, run.job.progress)
 

@@ -62,6 +62,8 @@ class RowSpec:
     candidates: int | None = None  # hybrid: each retriever's top-N fused (DPR fused the top-2000; None: evaluate.k)
     reference: dict[str, float | None] = field(default_factory=dict)  # the paper's figures, e.g. {"top20": 78.4}; {}: not reported
     cites: str | None = None  # the entry of taser/evaluation/reference_figures.yaml those figures are (its source); set with `reference`
+    reader: dict[str, Any] = field(default_factory=dict)  # reader rows: over table.reader_training.open_domain (e.g. this dataset's batch)
+    reader_from: str | None = None  # reader rows: another reader row whose reader (same seed) this one fine-tunes (DPR Table 4's Multi)
 
     def __post_init__(self):
         self.kind = RowKind.parse(self.kind, "row.kind")
@@ -70,6 +72,8 @@ class RowSpec:
         if self.positives == Positives.distant and self.negatives == Negatives.given:
             raise ValueError(f"row {self.name}: positives=distant are found by the retriever that mines the row's negatives; with "
                              "negatives=given nothing is mined: set negatives to bm25 (DPR's distant supervision) or dense")
+        if (self.reader or self.reader_from) and self.kind != RowKind.reader:
+            raise ValueError(f"row {self.name}: reader and reader_from are settings of reader rows (kind: reader), not of {self.kind} rows")
         if self.candidates is not None and (self.kind != RowKind.hybrid or self.candidates < 1):
             raise ValueError(f"row {self.name}: candidates (each retriever's top-N fused) is a setting of hybrid rows, >= 1; got {self.candidates}")
 
@@ -202,9 +206,23 @@ class TableSpec:
                 if retriever is None or retriever.kind == RowKind.reader:
                     raise ValueError(f"table {self.name}, row {key}: a reader row's uses={row.uses!r} must name a retriever row of the "
                                      f"table ({', '.join(k for k, r in self.rows.items() if r.kind != RowKind.reader)}) whose passages it reads")
+            if row.reader_from is not None:
+                self._check_reader_from(key)
             if row.uses in self.rows and self.rows[row.uses].data != row.data:
                 raise ValueError(f"table {self.name}, row {key}: its data settings differ from those of the row it uses ({row.uses}): "
                                  "a row uses another row's model or passages on the same dataset")
+
+    def _check_reader_from(self, key: str) -> None:
+        """A reader row fine-tunes another reader row's reader: one that exists, is a reader row, and never leads back to it."""
+        chain = [key]
+        while (source := self.rows[chain[-1]].reader_from) is not None:
+            if source not in self.rows or self.rows[source].kind != RowKind.reader:
+                readers = ", ".join(k for k, r in self.rows.items() if r.kind == RowKind.reader and k != key)
+                raise ValueError(f"table {self.name}, row {chain[-1]}: reader_from={source!r} must name another reader row of the table "
+                                 f"({readers or 'it has none'}) whose reader it fine-tunes")
+            if source in chain:
+                raise ValueError(f"table {self.name}, row {key}: reader_from goes round in a circle ({' -> '.join([*chain, source])})")
+            chain.append(source)
 
     def data_of(self, row: RowSpec) -> DataSpec:
         """The row's data: the table's, with the row's own settings over it."""
@@ -281,7 +299,7 @@ def check_row_settings(table: TableSpec, row: RowSpec) -> None:
         if row.kind == RowKind.reader:
             from taser.reader.config import ReaderTrainConfig
 
-            ReaderTrainConfig(**{**table.reader_training.open_domain, "seed": 1})
+            ReaderTrainConfig(**{**table.reader_training.open_domain, **row.reader, "seed": 1})
             if table.reader_training.reading is not None:
                 ReaderTrainConfig(**{**table.reader_training.reading, "stage": "reading"})
     except (ValueError, TypeError) as error:
