@@ -169,3 +169,19 @@ def test_table4_multi_readers_start_from_nqs_reader_on_the_multi_set_retriever()
         assert multi["train DPR (Multi)"].key == trained_key("dpr_table2", f"{ds}-multi") == trained_key("dpr_nq", "dpr-multi")
         own = multi["train reader on DPR (Multi)"]
         assert own.key != nq_reader and inputs[own.key]["init"] == nq_reader
+
+
+def test_the_miniature_runs_its_own_preset_with_the_ablations_runner():
+    from conftest import load_script
+
+    runner = load_script(ROOT / "benchmarks" / "dpr_cpu" / "run.py", "dpr_cpu_run")._runner()
+    assert runner.PRESET == "dpr_cpu" and [r.key for r in runner.ROWS] == list(yaml.safe_load((TABLES / "dpr_cpu.yaml").read_text())["table"]["rows"])
+    args = runner.parse_args(["--rows", "dpr", "n100"])
+    assert args.records == ROOT / "benchmarks" / "dpr_cpu" / "runs" and args.results == ROOT / "benchmarks" / "dpr_cpu" / "results.md"
+    args.argv = ["--rows", "dpr", "n100"]
+    assert runner.report_command(args, [1, 2, 3]) == "python benchmarks/dpr_cpu/run.py --rows dpr n100"
+    job = runner.job_for(args, runner.BY_KEY["inbatch-b8"], 2)
+    row = job.table.rows["inbatch-b8"]
+    assert job.table.name == "dpr_cpu" and {**job.table.train, **row.train}["max_steps"] == 100  # the row's own length wins
+    t = job.table
+    assert train_of(t, "n100").train_questions == 100 and t.rows["distant"].positives == "distant"
