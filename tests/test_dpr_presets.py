@@ -138,6 +138,12 @@ def test_a_warm_up_that_outlasts_the_run_is_named(tmp_path, tiny_pretrained, min
     with caplog.at_level(logging.WARNING):
         run_training(tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")], train, tmp_path / "run")
     assert "train.warmup_steps=5 is not shorter than the run (2 steps)" in caplog.text and "at most 0.33x" in caplog.text
+    for warmup, warned in ((2, True), (1, False)):  # a warm-up as long as the run never reaches the rate; one step shorter does
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            run_training(tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")], {**train, "warmup_steps": warmup},
+                         tmp_path / f"run-{warmup}")
+        assert ("is not shorter than the run" in caplog.text) == warned, warmup
 
 
 def test_the_distant_row_setting_needs_a_miner():
