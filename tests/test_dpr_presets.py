@@ -191,3 +191,9 @@ def test_the_miniature_runs_its_own_preset_with_the_ablations_runner():
     assert job.table.name == "dpr_cpu" and {**job.table.train, **row.train}["max_steps"] == 100  # the row's own length wins
     t = job.table
     assert train_of(t, "n100").train_questions == 100 and t.rows["distant"].positives == "distant"
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("dpr_") and p != "dpr_cpu"])
+def test_each_dpr_preset_names_the_recipe_source_it_follows(name):
+    header = "".join(line for line in (TABLES / f"{name}.yaml").read_text().splitlines(keepends=True) if line.startswith("#"))
+    assert "Recipe source: DPR's released NQ configuration" in header and "1e-5" in header
