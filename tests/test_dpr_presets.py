@@ -2,6 +2,7 @@
 rows ask for the settings their paper's row describes, and rows that share a recipe share its stages."""
 
 import logging
+from functools import cache
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ TABLES = ROOT / "configs" / "table"
 PRESETS = sorted(p.stem for p in TABLES.glob("*.yaml"))
 
 
+@cache
 def table(name: str):
     return job_of([f"table={name}", f"row={next(iter(yaml.safe_load((TABLES / f'{name}.yaml').read_text())['table']['rows']))}"]).table
 
@@ -83,6 +85,7 @@ def planned(name: str, row: str, seed: int = 1) -> tuple[RowRun, dict[str, str]]
     return run, {label: stage.key for label, stage in run.stages}
 
 
+@cache
 def trained_key(name: str, row: str) -> str:
     _, stages = planned(name, row)
     return next(key for label, key in stages.items() if label.startswith("train "))
