@@ -102,11 +102,20 @@ def test_gold_negatives_join_each_questions_own_group_in_a_batch(tokenizer):
     schedule = MultiSetSchedule([16], 4, 1)
     steps = StepBatches(data, schedule, tokenizer, seed=1, batch_size=4, grad_accumulation=1, hard_negatives=1, other_negatives=0,
                         max_question_length=16, max_length=16, total_steps=8, gold_negatives=3)
-    for epoch_step in (0, 4):  # the same question in two epochs keeps its gold negatives
+    golds = {}
+    for epoch_step in range(8):  # two epochs of 4 batches: every question twice, keeping its gold negatives
         batch = steps[epoch_step][0]
         assert batch.ctx_owner.tolist() == [q for q in range(4) for _ in range(5)]  # positive, 1 hard, 3 gold
-    cfg = TrainConfig(gold_negatives=3, in_batch=False)
-    assert cfg.gold_negatives == 3
+        questions = tokenizer.batch_decode(batch.questions["input_ids"], skip_special_tokens=True)
+        passages = tokenizer.batch_decode(batch.passages["input_ids"], skip_special_tokens=True)
+        for q, question in enumerate(questions):
+            own = question.split()[-1]
+            group = passages[5 * q : 5 * q + 5]
+            assert group[0].endswith(f"passage {own}") and "hard" in group[1]
+            gold = [text.split()[-1] for text in group[2:]]
+            assert own not in gold and len(set(gold)) == 3 and all(text.split()[-2] == "passage" for text in group[2:])
+            assert golds.setdefault(own, gold) == gold
+    assert len(golds) == 16  # every question seen (and in the second epoch compared with the first)
     with pytest.raises(ValueError, match="train.gold_negatives must be an integer >= 0"):
         TrainConfig(gold_negatives=-1)
 

@@ -25,6 +25,15 @@ class Passage:
     title: str = ""
 
 
+def same_passage(a: dict, b: dict) -> bool:
+    """Two bi-encoder contexts (`{"title", "text", "passage_id"}`) are one passage: the same `passage_id`
+    where both have one, else the same text (DPR's files give some positives no id)."""
+    a_id, b_id = a.get("passage_id"), b.get("passage_id")
+    if a_id not in (None, "") and b_id not in (None, ""):
+        return str(a_id) == str(b_id)
+    return (a.get("text") or "").strip() == (b.get("text") or "").strip()
+
+
 def check_header(header: list[str] | None, path) -> None:
     """DataFormatError unless `header` (the first row, None for an empty file) is id<TAB>text<TAB>title."""
     if header is None:

@@ -5,6 +5,7 @@ evaluation questions (`read_stage`, also the table's `read.reader` on any row's 
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,6 @@ def source_reader(run: RowRun, row: RowSpec, seed: int) -> Stage | None:
     that row's own data, at the same seed), else the table's reading stage (None: none, from the encoder)."""
     if row.reader_from is None:
         return reading_reader(run)
-    import copy
-
     job = copy.copy(run.job)
     job.row = row.reader_from
     source = type(run)(job, run.store)  # a RowRun of the source row: its own data (another dataset's training questions)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from taser.data.biencoder_json import BiEncoderJsonFile, write_biencoder_json
 from taser.data.config import Match
-from taser.data.passages import Passage
+from taser.data.passages import Passage, same_passage
 from taser.data.qa import read_qa
 from taser.evaluation.answers import has_answer
 from taser.io import atomic_open
@@ -88,14 +88,7 @@ def _ctx(p: Passage, score: float) -> dict:
 
 
 def _is_positive(pid: str, text: str, positives: list[dict]) -> bool:
-    for ctx in positives:
-        gold_id = ctx.get("passage_id")
-        if gold_id not in (None, ""):
-            if str(gold_id) == pid:
-                return True
-        elif ctx.get("text", "").strip() == text.strip():
-            return True
-    return False
+    return any(same_passage({"passage_id": pid, "text": text}, ctx) for ctx in positives)
 
 
 def mine_record(record: dict, ranked: Sequence[Hit], passages: Mapping[str, Passage],

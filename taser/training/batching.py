@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from taser.data.passages import same_passage
 from taser.models.inputs import tokenize_passages, tokenize_questions
 
 
@@ -37,14 +38,6 @@ def make_example(record: dict, hard_negatives: int, other_negatives: int, rng: r
 
 def example_rng(seed: int, epoch: int, dataset: int, index: int) -> random.Random:
     return random.Random(f"{seed}:{epoch}:{dataset}:{index}")
-
-
-def same_passage(a: dict, b: dict) -> bool:
-    """One passage: the same `passage_id` where both have one, else the same text."""
-    a_id, b_id = a.get("passage_id"), b.get("passage_id")
-    if a_id not in (None, "") and b_id not in (None, ""):
-        return str(a_id) == str(b_id)
-    return (a.get("text") or "").strip() == (b.get("text") or "").strip()
 
 
 def gold_negatives(records: Sequence[dict], index: int, count: int, seed: int, dataset: int) -> list[dict]:
