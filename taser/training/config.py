@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from taser.choice import settings_from
+from taser.choice import Choice, settings_from
 from taser.precision import Precision
 
 if TYPE_CHECKING:
@@ -13,10 +13,11 @@ if TYPE_CHECKING:
     from taser.training.loss import LossConfig
 
 
-def _parse_loss(value) -> str:
-    if value not in ("nll", "triplet"):  # taser.training.loss.LossKind, without importing torch
-        raise ValueError(f"unknown train.loss {value!r}; expected one of nll, triplet")
-    return str(value)
+class LossKind(Choice):
+    """The retrieval loss (taser.training.loss); here, beside the settings, so that reading them needs no torch."""
+
+    nll = "nll"  # softmax negative log-likelihood of the positive (DPR's)
+    triplet = "triplet"  # hinge on s(q, p+) - s(q, p-) with a margin (DPR's Table 6)
 
 
 @dataclass
@@ -73,7 +74,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"train.{name} must be an integer >= 1, got {value!r}")
-        self.loss = _parse_loss(self.loss)
+        self.loss = LossKind.parse(self.loss, "train.loss").value
         if not isinstance(self.margin, (int, float)) or isinstance(self.margin, bool) or not self.margin > 0:
             raise ValueError(f"train.margin (the triplet loss's) must be > 0, got {self.margin!r}")
         if self.loss == "triplet" and self.temperature is not None:

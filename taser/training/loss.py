@@ -22,13 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from taser.choice import Choice
 from taser.models.config import Similarity
-
-
-class LossKind(Choice):
-    nll = "nll"  # softmax negative log-likelihood of the positive (DPR's)
-    triplet = "triplet"  # hinge on s(q, p+) - s(q, p-) with a margin (DPR's Table 6)
+from taser.training.config import LossKind
 
 
 @dataclass
