@@ -5,19 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from taser.choice import Choice, settings_from
+from taser.choice import settings_from
 from taser.precision import Precision
+from taser.training.loss_kind import LossKind
 
 if TYPE_CHECKING:
     from taser.models.config import BiEncoderConfig
     from taser.training.loss import LossConfig
-
-
-class LossKind(Choice):
-    """The retrieval loss (taser.training.loss); here, beside the settings, so that reading them needs no torch."""
-
-    nll = "nll"  # softmax negative log-likelihood of the positive (DPR's)
-    triplet = "triplet"  # hinge on s(q, p+) - s(q, p-) with a margin (DPR's Table 6)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from taser.models.config import Similarity
-from taser.training.config import LossKind
+from taser.training.loss_kind import LossKind
 
 
 @dataclass
