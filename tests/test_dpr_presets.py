@@ -33,7 +33,9 @@ def test_every_papers_experiment_has_a_preset():
         assert name in PRESETS
     cited = {row.cites for name in PRESETS for row in table(name).rows.values() if row.cites}
     entries = set(yaml.safe_load(FIGURES_FILE.read_text()))
-    assert entries - cited == set(), "every figure of the reference file is carried by a preset row"
+    speed = "dpr.section5_4.speed"  # §5.4's figures sit beside the speed benchmark's own, not in a table
+    assert speed in (ROOT / "benchmarks" / "dpr_speed" / "run.py").read_text()
+    assert entries - cited == {speed}, "every other figure of the reference file is carried by a preset row"
 
 
 @pytest.mark.parametrize("name", PRESETS)
