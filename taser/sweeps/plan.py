@@ -10,6 +10,7 @@ between two markers; the suite checks that it is current:
 
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,15 +32,24 @@ def presets() -> list[str]:
     return sorted(p.stem for p in (Path(CONFIG_DIR) / "table").glob("*.yaml"))
 
 
-def compose_job(table: str, row: str | None = None, overrides: tuple[str, ...] = ()):
-    """The typed job of `table` (and `row`, else its first), composed as scripts/experiment.py composes it."""
+def compose_config(table: str, overrides: tuple[str, ...] = ()):
+    """The raw config of `table`, composed as scripts/experiment.py composes it (its row still to choose)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("experiment", overrides=[f"table={table}", "out_dir=plan", *overrides, *([f"row={row}"] if row else [])])
-        if row is None:
-            cfg.row = next(iter(cfg.table.rows))
+        return compose("experiment", overrides=[f"table={table}", "out_dir=plan", *overrides])
+
+
+def job_of_row(cfg, row: str | None = None):
+    """The typed job of one row (else the first) of a composed table config; `cfg` itself is left as it was."""
+    cfg = copy.deepcopy(cfg)
+    cfg.row = row or next(iter(cfg.table.rows))
     return typed(cfg)
+
+
+def compose_job(table: str, row: str | None = None, overrides: tuple[str, ...] = ()):
+    """The typed job of `table` (and `row`, else its first), composed as scripts/experiment.py composes it."""
+    return job_of_row(compose_config(table, overrides), row)
 
 
 def plan(tables: list[str] | None = None) -> dict[str, PlannedStage]:
@@ -49,9 +59,9 @@ def plan(tables: list[str] | None = None) -> dict[str, PlannedStage]:
 
     stages: dict[str, PlannedStage] = {}
     for table in tables or presets():
-        first = compose_job(table)
-        for row in first.table.rows:
-            job = compose_job(table, row)
+        cfg = compose_config(table)  # once per table: a row is only the config's `row`
+        for row in cfg.table.rows:
+            job = job_of_row(cfg, row)
             run = RowRun(job, PlannedStore())
             spec = job.table.row(row)
             row_stages(run, spec, min(job.table.seeds))
