@@ -144,6 +144,20 @@ def prepare_squad_with_bm25(work: Path, backend: str = "pyserini", index_dir: Pa
     }
 
 
+def encode_rates(model, tokenizer, passages: list, questions: list[str], precision: str) -> tuple[float, float]:
+    """Passages/s and questions/s of `model` at the batch sizes every benchmark times encoding with (64 and 128)."""
+    import time
+
+    from taser.models.encoding import encode_passages, encode_questions
+
+    start = time.perf_counter()
+    encode_passages(model, tokenizer, passages, batch_size=64, precision=precision)
+    p_rate = len(passages) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    encode_questions(model, tokenizer, questions, batch_size=128, precision=precision)
+    return p_rate, len(questions) / (time.perf_counter() - start)
+
+
 def measure_in_child(script: str, *args: str) -> dict:
     """Run `script --measure ...` in a fresh process (so its peak memory is its own); its last stdout line is JSON."""
     proc = subprocess.run([sys.executable, script, "--measure", *args], capture_output=True, text=True)

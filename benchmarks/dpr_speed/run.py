@@ -31,6 +31,7 @@ import math
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import MINILM_CLS, ROOT, command_line, machine_line, peak_rss_gb, prepare_squad, write_keeping_section  # noqa: E402
+from common import MINILM_CLS, ROOT, command_line, encode_rates, machine_line, peak_rss_gb, prepare_squad, write_keeping_section  # noqa: E402
 
 NOTES = "## Notes"
 WIDTH = 768
@@ -122,22 +123,16 @@ def worker_lucene_search(index_dir: str, questions: str, count: str) -> dict:
 
 def worker_encode(passages: str, questions: str) -> dict:
     """Passages/s and questions/s of the shipped MiniLM ([CLS], DPR's tokenisation) at precision auto."""
+    import torch
+
     from taser.data.passages import read_passages
-    from taser.models.encoding import encode_passages, encode_questions
     from taser.models.loading import load_model
     from taser.runtime import resolve_precision
 
     precision = resolve_precision("auto")
     model, tokenizer = load_model(MINILM_CLS)
     texts = list(read_passages(passages))
-    asked = json.loads(Path(questions).read_text())
-    start = time.perf_counter()
-    encode_passages(model, tokenizer, texts, batch_size=64, precision=precision)
-    p_rate = len(texts) / (time.perf_counter() - start)
-    start = time.perf_counter()
-    encode_questions(model, tokenizer, asked, batch_size=128, precision=precision)
-    q_rate = len(asked) / (time.perf_counter() - start)
-    import torch
+    p_rate, q_rate = encode_rates(model, tokenizer, texts, json.loads(Path(questions).read_text()), precision)
     return {"passages_per_s": p_rate, "questions_per_s": q_rate, "passages": len(texts), "precision": precision,
             "threads": torch.get_num_threads(), "peak_rss_gb": peak_rss_gb()}
 
@@ -203,7 +198,7 @@ def dense_runs(count: int, specs: list[str], work: Path, passages: Path, questio
         record.write_text(json.dumps(list(done.values()), indent=2))
         print(json.dumps(row), flush=True)
         if spec != "flat":
-            subprocess.run(["rm", "-rf", str(index_dir)], check=True)  # DPR's graph is large; the record keeps its figures
+            shutil.rmtree(index_dir)  # DPR's graph is large; the record keeps its figures
     return list(done.values())
 
 

@@ -16,11 +16,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import BASE_TRAIN, MINILM_CLS, ROOT, command_line, machine_line, measure_in_child, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
+from common import BASE_TRAIN, MINILM_CLS, ROOT, command_line, encode_rates, machine_line, measure_in_child, peak_rss_gb, prepare_squad_with_bm25  # noqa: E402
 
 REFERENCE = {"s_per_step": 10.15, "peak_gb": 7.8, "passages_per_s": 17.9, "questions_per_s": 15.4, "top_k": {"1": 46.1, "5": 75.6, "20": 90.0, "100": 97.2}}
 TRAIN = {**BASE_TRAIN, "batch_size": 16, "warmup_steps": 15, "log_every": 10}
@@ -31,7 +30,6 @@ def measure(precision: str, attention_dropout: float | None, attention: str, ste
     from taser.data.biencoder_json import BiEncoderJsonFile
     from taser.data.passages import read_passages
     from taser.data.qa import read_qa
-    from taser.models.encoding import encode_passages, encode_questions
     from taser.models.loading import load_model
     from taser.runtime import resolve_precision
     from taser.training.config import TrainConfig
@@ -44,12 +42,7 @@ def measure(precision: str, attention_dropout: float | None, attention: str, ste
     result = Trainer(model, tokenizer, [BiEncoderJsonFile(f) for f in data["train_files"]], cfg, work / f"timing-{precision}").train()
     passages = list(read_passages(data["passages"]))
     questions = [q.question for q in read_qa(data["qa_file"])]
-    t = time.perf_counter()
-    encode_passages(model, tokenizer, passages, batch_size=64, precision=precision)
-    p_rate = len(passages) / (time.perf_counter() - t)
-    t = time.perf_counter()
-    encode_questions(model, tokenizer, questions, batch_size=128, precision=precision)
-    q_rate = len(questions) / (time.perf_counter() - t)
+    p_rate, q_rate = encode_rates(model, tokenizer, passages, questions, precision)
     return {
         "precision": precision,
         "attention_dropout": "0.1 (checkpoint)" if attention_dropout is None else attention_dropout,
