@@ -6,11 +6,18 @@ directory, everything in it) is given the permissions the user's umask grants a 
 directory, as `open` and `mkdir` would: `tempfile` makes its files and directories private
 (0600 / 0700), and so do some writers (safetensors writes 0600), which on a shared cluster
 would hide results from the user's group.
+
+A rename is atomic against a killed process, not against a crashed node: on a local disk with
+delayed allocation (ext4, xfs) or a parallel file system (Lustre, GPFS), a node that dies seconds
+after a rename can leave the new name pointing at an empty or short file. So the output's data
+(every file of a directory) is flushed to the disk before the rename, and the parent directory
+after it (`durable`), as databases do.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -52,6 +59,33 @@ def publish_modes(path: Path) -> None:
             os.chmod(item, (0o777 if executable else 0o666) & ~umask)
 
 
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    except OSError:
+        return  # a directory some file systems will not open: nothing to flush
+    try:
+        os.fsync(fd)
+    except OSError as error:  # EINVAL: this file system has no fsync for it (some FUSE mounts): nothing more can be done
+        if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def durable(path: str | os.PathLike) -> None:
+    """Flush `path` to the disk: a file's data, or a directory tree's files and directories."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                if not os.path.islink(os.path.join(root, name)):
+                    _fsync_path(Path(root) / name)
+            _fsync_path(Path(root), directory=True)
+    elif path.is_file():
+        _fsync_path(path)
+
+
 def _tmp_name(path: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -67,7 +101,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         publish_modes(tmp)
+        durable(tmp)
         os.replace(tmp, path)
+        _fsync_path(path.parent, directory=True)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -84,11 +120,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, previous: str | os.PathLike | None = None) -> Iterator[Path]:
     """Yield a fresh temporary directory; it replaces directory `path` when the block succeeds.
 
     The old directory (if any) is moved aside first and deleted only after the new one is in
-    place, so at every moment `path` is either the old complete directory or the new one.
+    place, so at every moment `path` is either the old complete directory or the new one. With
+    `previous`, the old directory is kept there instead (replacing an older one) as a fallback.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,14 +133,23 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         publish_modes(tmp)
+        durable(tmp)
         old = None
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.rmdir(old)
             os.replace(path, old)
         os.replace(tmp, path)
+        _fsync_path(path.parent, directory=True)
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            if previous is not None:
+                previous = Path(previous)
+                if previous.exists():
+                    shutil.rmtree(previous, ignore_errors=True)
+                os.replace(old, previous)
+                _fsync_path(previous.parent, directory=True)
+            else:
+                shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -106,7 +106,7 @@ def test_ranks_that_see_different_checkpoints_refuse_to_resume(tmp_path, tiny_pr
     ranks now compare what they see (a collective) and all refuse; here rank 1's view is simulated."""
     from conftest import tiny_model_cfg
 
-    import taser.training.trainer as trainer
+    import taser.training.checkpoint as trainer
     from taser.pipeline.train import run_training
 
     train = dict(batch_size=4, hard_negatives=1, max_steps=3, save_every=1, warmup_steps=1, val_max_questions=0, progress=False,

@@ -6,7 +6,6 @@ evaluation questions (`read_stage`, also the table's `read.reader` on any row's 
 from __future__ import annotations
 
 import copy
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +119,7 @@ def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, re
     """Train a reader into the stage directory `out` (resumed from its last checkpoint after a kill)."""
     from taser.pipeline.reader import train_reader
     from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
+    from taser.training.checkpoint import remove_checkpoint
 
     settings = ReaderModelSettings(init_checkpoint=init, **model) if init else ReaderModelSettings(**model)
     if init:
@@ -127,4 +127,4 @@ def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, re
     job = TrainReaderJob(settings, ReaderTrainConfig(**{**train, "resume": True, "progress": progress}), train_file=retrieval, gold_file=gold,
                          match=match, output_dir=str(out))
     train_reader(job)
-    shutil.rmtree(out / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
+    remove_checkpoint(out / "checkpoint")  # the resumable state: done with once final/ is written

@@ -209,11 +209,13 @@ class RowRun:
         self._warn_if_other_batch(row, key_settings["global_batch"], processes)
 
         def build(d: Path) -> None:
+            from taser.training.checkpoint import remove_checkpoint
+
             if processes > 1:
                 train_under_torchrun(model, files, run, d, processes)
             else:
                 run_training(model, files, run, d)
-            shutil.rmtree(d / "checkpoint", ignore_errors=True)  # the resumable state: done with once final/ is written
+            remove_checkpoint(d / "checkpoint")  # the resumable state: done with once final/ is written
 
         return self.stage(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
 

@@ -31,7 +31,7 @@ from taser.reader.model import Reader
 from taser.reader.optim import reader_param_groups
 from taser.reader.selection import DevSelection
 from taser.runtime import autocast, describe_hardware, grad_scaler, pick_device, training_record
-from taser.training.checkpoint import has_checkpoint, load_training_state, save_checkpoint
+from taser.training.checkpoint import agreed_checkpoint, load_training_state, save_checkpoint
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.grad_norms import clip_gradients
 from taser.training.records import NonFiniteLosses, PendingStep, read_steps
@@ -115,15 +115,13 @@ class ReaderTrainer:
         return self._finish(step, time.perf_counter() - start, history, times)
 
     def _resume(self, optimizer, scheduler, scaler) -> int:
-        ckpt = self.out / "checkpoint"
-        if self.cfg.resume and has_checkpoint(ckpt):
-            self.model.load_state_dict(load_file(str(ckpt / "model.safetensors")))
-            step = load_training_state(ckpt, optimizer, scheduler, scaler, self.dist.rank)["step"]
-            log.info("resumed the reader from %s at step %d of %d", ckpt, step, self.total_steps)
-            return step
-        if self.cfg.resume:
-            log.info("train.resume=true but no checkpoint in %s: starting from scratch", ckpt)
-        return 0
+        ckpt = agreed_checkpoint(self.out / "checkpoint", self.cfg.resume)  # collective: the ranks decide together
+        if ckpt is None:
+            return 0
+        self.model.load_state_dict(load_file(str(ckpt / "model.safetensors")))
+        step = load_training_state(ckpt, optimizer, scheduler, scaler, self.dist.rank)["step"]
+        log.info("resumed the reader from %s at step %d of %d", ckpt, step, self.total_steps)
+        return step
 
     def _step(self, trained, params, optimizer, scheduler, scaler, step: int) -> PendingStep:
         batch = self.sampler.batch(step).to(self.device)

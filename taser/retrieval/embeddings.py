@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,8 @@ import numpy as np
 
 from taser.io import atomic_open, atomic_path
 from taser.models.backends import RECORD_KEYS
+
+log = logging.getLogger(__name__)
 
 FORMAT = "taser-embeddings-1"
 DTYPES = ("float32", "float16")
@@ -115,11 +119,25 @@ class ShardWriter:
         return self.dir / f"chunk_{i:06d}.npz"
 
     def done(self) -> int:
-        """How many chunks, from the first, are already on disk."""
+        """How many chunks, from the first, are already on disk and whole. The last of them is read
+        back: a node that crashed right after a rename can leave a chunk empty or short (data not yet
+        on the disk); such chunks, from the last backwards, are not counted and are encoded again."""
         n = 0
         while n < self.num_chunks and self.chunk_path(n).is_file():
             n += 1
+        while n > 0 and not self._chunk_loads(n - 1):
+            log.warning("%s does not load (written just before a crash?): it is encoded again", self.chunk_path(n - 1))
+            n -= 1
         return n
+
+    def _chunk_loads(self, i: int) -> bool:
+        start, end = self.chunk_rows(i)
+        try:
+            with np.load(self.chunk_path(i)) as data:
+                vectors, ids = data["vectors"], data["ids"]
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+            return False
+        return len(vectors) == end - start and len(ids) == end - start and vectors.dtype == np.dtype(self.manifest["dtype"])
 
     def write_chunk(self, i: int, vectors: np.ndarray, ids: list[str]) -> None:
         start, end = self.chunk_rows(i)

@@ -2,11 +2,17 @@
 
 The state holds the optimizer, scheduler, grad scaler, step (which fixes the data position,
 mid-epoch included) and every rank's random states, so a resumed run continues exactly.
+
+Each save is flushed to the disk and keeps the checkpoint before it in `<directory>.previous`:
+resume reads back the newest checkpoint and, when it does not load (a node that crashed while
+its files were reaching the disk), falls back to the previous one.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +21,10 @@ import torch.distributed as dist
 
 from taser.io import atomic_dir
 
+log = logging.getLogger(__name__)
+
 STATE_FILE = "trainer_state.pt"
+WEIGHTS_FILE = "model.safetensors"
 
 
 def rng_state() -> dict:
@@ -52,7 +61,7 @@ def save_checkpoint(directory, model, tokenizer, optimizer, scheduler, scaler, s
     rngs = all_ranks(rng_state())  # collective: every rank takes part
     if not is_main:
         return
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, previous=previous_checkpoint(directory)) as tmp:
         model.save_into(tmp, tokenizer)
         torch.save(
             {
@@ -82,13 +91,68 @@ def load_training_state(directory, optimizer, scheduler, scaler, rank: int) -> d
     return state
 
 
-def checkpoint_view(directory) -> dict | None:
-    """What this process sees of a checkpoint: its state file's size and modification time, or None."""
-    if not has_checkpoint(directory):
-        return None
-    stat = (Path(directory) / STATE_FILE).stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+def previous_checkpoint(directory) -> Path:
+    directory = Path(directory)
+    return directory.with_name(directory.name + ".previous")
+
+
+def remove_checkpoint(directory) -> None:
+    """Remove the resumable state (the checkpoint and its previous one): done with once the final model is written."""
+    for path in (Path(directory), previous_checkpoint(directory)):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def has_checkpoint(directory) -> bool:
-    return (Path(directory) / STATE_FILE).is_file() and (Path(directory) / "model.safetensors").is_file()
+    return (Path(directory) / STATE_FILE).is_file() and (Path(directory) / WEIGHTS_FILE).is_file()
+
+
+def checkpoint_loads(directory) -> bool:
+    """Whether both files of the checkpoint are there and read back whole."""
+    if not has_checkpoint(directory):
+        return False
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(Path(directory) / WEIGHTS_FILE), framework="pt") as f:
+            for name in f.keys():
+                f.get_slice(name)[:1]  # noqa: B018 -- reads each tensor's bytes at its offset: a short file fails here
+        state = torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
+        return isinstance(state, dict) and "step" in state
+    except Exception as error:  # noqa: BLE001 -- any failure to read means: not usable
+        log.warning("checkpoint %s does not load: %s: %s", directory, type(error).__name__, error)
+        return False
+
+
+def usable_checkpoint(directory) -> Path | None:
+    """The newest checkpoint of `directory` that loads: itself, else its previous one, else None."""
+    for candidate in (Path(directory), previous_checkpoint(directory)):
+        if has_checkpoint(candidate):
+            if checkpoint_loads(candidate):
+                return candidate
+            log.warning("falling back from %s: it does not load", candidate)
+    return None
+
+
+def checkpoint_view(directory) -> dict | None:
+    """What this process sees of the checkpoint it would resume from: its path, its state file's size
+    and modification time; None when there is none that loads."""
+    found = usable_checkpoint(directory)
+    if found is None:
+        return None
+    stat = (found / STATE_FILE).stat()
+    return {"path": str(found), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def agreed_checkpoint(directory, resume: bool) -> Path | None:
+    """The checkpoint every rank resumes from, decided together (a collective): None to start from
+    step 0; refused when the ranks see different checkpoints (a node-local output directory)."""
+    views = all_ranks(checkpoint_view(directory) if resume else None)
+    if any(view != views[0] for view in views):
+        seen = "; ".join(f"rank {rank}: {view or 'no checkpoint'}" for rank, view in enumerate(views))
+        raise RuntimeError(f"the ranks see different checkpoints in {directory} ({seen}): every rank must read the same output "
+                           "directory (a shared file system, not a node-local copy); they would otherwise resume from different steps")
+    if views[0] is None:
+        if resume:
+            log.info("train.resume=true but no checkpoint in %s: starting from scratch", directory)
+        return None
+    return Path(views[0]["path"])

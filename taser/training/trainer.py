@@ -19,7 +19,7 @@ from taser.io import atomic_open
 from taser.models.taser_config import TaserConfig
 from taser.progress import progress
 from taser.runtime import describe_hardware, grad_scaler, launcher_local_rank, pick_device, training_record
-from taser.training.checkpoint import all_ranks, checkpoint_view, load_training_state, save_checkpoint
+from taser.training.checkpoint import agreed_checkpoint, load_training_state, save_checkpoint
 from taser.training.config import TrainConfig
 from taser.training.distributed import DistInfo, data_parallel
 from taser.training.grad_norms import clip_gradients
@@ -218,20 +218,13 @@ class Trainer:
 
     def _resume(self, loop: _Loop) -> int:
         """The step to start from: 0, or the checkpoint's when `resume` is set and one exists."""
-        ckpt_dir = self.out / "checkpoint"
-        views = all_ranks(checkpoint_view(ckpt_dir) if self.cfg.resume else None)  # collective: the ranks decide together
-        if any(view != views[0] for view in views):
-            seen = "; ".join(f"rank {rank}: {view or 'no checkpoint'}" for rank, view in enumerate(views))
-            raise RuntimeError(f"the ranks see different checkpoints in {ckpt_dir} ({seen}): every rank must read the same output "
-                               "directory (a shared file system, not a node-local copy); they would otherwise resume from different steps")
-        if views[0] is not None:
-            self.model.load_state_dict(load_file(str(ckpt_dir / "model.safetensors")))
-            step = load_training_state(ckpt_dir, loop.optimizer, loop.scheduler, loop.scaler, self.dist.rank)["step"]
-            log.info("resumed from %s at step %d of %d", ckpt_dir, step, self.total_steps)
-            return step
-        if self.cfg.resume:
-            log.info("train.resume=true but no checkpoint in %s: starting from scratch", ckpt_dir)
-        return 0
+        ckpt_dir = agreed_checkpoint(self.out / "checkpoint", self.cfg.resume)  # collective: the ranks decide together
+        if ckpt_dir is None:
+            return 0
+        self.model.load_state_dict(load_file(str(ckpt_dir / "model.safetensors")))
+        step = load_training_state(ckpt_dir, loop.optimizer, loop.scheduler, loop.scaler, self.dist.rank)["step"]
+        log.info("resumed from %s at step %d of %d", ckpt_dir, step, self.total_steps)
+        return step
 
     def _open_log(self, step: int) -> None:
         """`train_log.jsonl` cut back to `step`; TensorBoard's writer (`train.tensorboard`), which

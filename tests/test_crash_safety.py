@@ -1,0 +1,136 @@
+"""A node that crashes right after a rename: outputs reach the disk before their names do, and a
+resume reads back what it trusts (the last encoded chunk, the checkpoint) and falls back when it
+does not load, instead of counting a short file as done."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_model_cfg
+from safetensors.torch import load_file
+
+import taser.io as io_module
+from taser.io import atomic_dir, atomic_open
+from taser.pipeline.encode import encode_corpus
+from taser.pipeline.train import run_training
+from taser.retrieval.embeddings import read_embeddings, shard_dir
+
+
+@pytest.fixture
+def synced(monkeypatch):
+    """Each fsync's target path, and whether the final name existed at that moment."""
+    calls = []
+    real = os.fsync
+
+    def record(fd):
+        calls.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        return real(fd)
+
+    monkeypatch.setattr(io_module.os, "fsync", record)
+    return calls
+
+
+def test_a_file_is_flushed_before_its_rename_and_its_directory_after(tmp_path, synced):
+    target = tmp_path / "out" / "result.json"
+    with atomic_open(target) as f:
+        f.write("{}")
+        tmp = Path(f.name)
+    assert synced[0] == tmp  # the data, under its temporary name (before the rename)
+    assert synced[-1] == target.parent  # the rename itself
+    assert target.read_text() == "{}"
+
+
+def test_a_directory_is_flushed_file_by_file_before_its_rename(tmp_path, synced):
+    target = tmp_path / "model"
+    with atomic_dir(target) as tmp:
+        (tmp / "a.bin").write_bytes(b"a")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b.bin").write_bytes(b"b")
+    flushed = {p.relative_to(tmp) if p.is_relative_to(tmp) else p for p in synced}
+    assert {Path("a.bin"), Path("sub/b.bin"), Path("sub"), Path(".")} <= flushed
+    assert synced[-1] == tmp_path
+
+
+def test_atomic_dir_keeps_the_old_directory_as_previous_when_asked(tmp_path):
+    for text in ("one", "two", "three"):
+        with atomic_dir(tmp_path / "ckpt", previous=tmp_path / "ckpt.previous") as tmp:
+            (tmp / "f").write_text(text)
+    assert (tmp_path / "ckpt" / "f").read_text() == "three"
+    assert (tmp_path / "ckpt.previous" / "f").read_text() == "two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ckpt.previous"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_pretrained, tmp_path_factory):
+    from taser.pipeline.experiment import save_initial
+
+    return save_initial(tiny_model_cfg(tiny_pretrained, "shared"), tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.mark.parametrize("damage", ["empty", "short"])
+def test_an_encoding_resumed_after_a_crash_encodes_its_truncated_chunks_again(checkpoint, mini_squad, tmp_path, damage):
+    whole = tmp_path / "whole"
+    encode_corpus(checkpoint, mini_squad / "passages.tsv", whole, 0, 1, chunk_size=64, progress=False, precision="fp32", device="cpu")
+    expected = read_embeddings(whole)
+    out = tmp_path / "crashed"
+    encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=64, progress=False, precision="fp32", device="cpu")
+    folder = shard_dir(out, 0, 1)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))  # the crash came before the shard's end
+    chunks = sorted(folder.glob("chunk_*.npz"))
+    for chunk in chunks[-2:]:  # the last two renames' data never reached the disk
+        size = chunk.stat().st_size
+        with open(chunk, "r+b") as f:
+            f.truncate(0 if damage == "empty" else size // 2)
+    rows_lost = len(expected[1]) - 64 * (len(chunks) - 2)
+    result = encode_corpus(checkpoint, mini_squad / "passages.tsv", out, 0, 1, chunk_size=64, progress=False, precision="fp32", device="cpu")
+    assert result["encoded_now"] == rows_lost
+    vectors, ids = read_embeddings(out)
+    assert ids == expected[1]
+    np.testing.assert_allclose(vectors, expected[0], rtol=1e-5, atol=1e-6)
+
+
+TRAIN = dict(batch_size=4, hard_negatives=1, learning_rate=1e-3, warmup_steps=1, max_steps=4, log_every=1, save_every=1,
+             val_max_questions=0, progress=False, seed=3, precision="fp32", device="cpu")
+
+
+def _crash_at(stop):
+    def crash(step, record):
+        if step == stop:
+            raise KeyboardInterrupt
+
+    return crash
+
+
+@pytest.mark.parametrize("damaged", [["trainer_state.pt"], ["model.safetensors"], []])
+def test_a_resume_falls_back_to_the_previous_checkpoint_when_the_last_does_not_load(tmp_path, tiny_pretrained, mini_squad, damaged):
+    model, files = tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")]
+    straight = run_training(model, files, TRAIN, tmp_path / "straight")
+    with pytest.raises(KeyboardInterrupt):
+        run_training(model, files, TRAIN, tmp_path / "run", on_step=_crash_at(3))  # after the checkpoint of step 3
+    assert torch.load(tmp_path / "run" / "checkpoint.previous" / "trainer_state.pt", weights_only=False)["step"] == 2
+    for name in damaged:  # written just before a node crash: the name is there, half of the data is not
+        path = tmp_path / "run" / "checkpoint" / name
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size // 2)
+    steps = []
+    resumed = run_training(model, files, {**TRAIN, "resume": True}, tmp_path / "run", on_step=lambda step, record: steps.append(step))
+    assert steps == ([3, 4] if damaged else [4])  # from step 2's checkpoint, or step 3's
+    assert resumed.steps == 4
+    a, b = load_file(str(tmp_path / "straight" / "final" / "model.safetensors")), load_file(str(tmp_path / "run" / "final" / "model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_a_resume_whose_checkpoints_both_fail_to_load_starts_over(tmp_path, tiny_pretrained, mini_squad):
+    model, files = tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")]
+    with pytest.raises(KeyboardInterrupt):
+        run_training(model, files, TRAIN, tmp_path / "run", on_step=_crash_at(3))
+    for folder in ("checkpoint", "checkpoint.previous"):
+        (tmp_path / "run" / folder / "trainer_state.pt").write_bytes(b"")
+    steps = []
+    run_training(model, files, {**TRAIN, "resume": True}, tmp_path / "run", on_step=lambda step, record: steps.append(step))
+    assert steps == [1, 2, 3, 4]
