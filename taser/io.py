@@ -26,6 +26,16 @@ from pathlib import Path
 from typing import IO
 
 
+def file_stamp(path: str | os.PathLike) -> tuple:
+    """(real path, size, mtime ns, ctime ns, inode): what tells this version of a file from any
+    rewrite of it without reading it, the key of every cache derived from a file. The ctime changes
+    at every write and cannot be set back (a copy tool restores only the mtime); the device number
+    is left out (a network mount is numbered differently on each client)."""
+    path = Path(path)
+    st = path.stat()
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
 def current_umask() -> int:
     """This process's umask, read without changing it where the system says it (Linux), else set
     and restored at once."""

@@ -108,7 +108,7 @@ def _crash_at(stop):
 @pytest.mark.parametrize("damaged", [["trainer_state.pt"], ["model.safetensors"], []])
 def test_a_resume_falls_back_to_the_previous_checkpoint_when_the_last_does_not_load(tmp_path, tiny_pretrained, mini_squad, damaged):
     model, files = tiny_model_cfg(tiny_pretrained), [str(mini_squad / "train.json")]
-    straight = run_training(model, files, TRAIN, tmp_path / "straight")
+    run_training(model, files, TRAIN, tmp_path / "straight")
     with pytest.raises(KeyboardInterrupt):
         run_training(model, files, TRAIN, tmp_path / "run", on_step=_crash_at(3))  # after the checkpoint of step 3
     assert torch.load(tmp_path / "run" / "checkpoint.previous" / "trainer_state.pt", weights_only=False)["step"] == 2

@@ -6,6 +6,7 @@ import ast
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -67,6 +68,71 @@ def test_a_files_digest_is_computed_once_per_machine_and_again_when_the_file_cha
     assert file_hashes.file_identity(path)["sha256"] == __import__("hashlib").sha256(b"b" * 1000).hexdigest()
 
 
+def _rewrite_in_place_keeping_mtime(path, content: bytes) -> None:
+    """What `cp -p` onto an existing file or `rsync -a --inplace` do: same inode, same size, the source's mtime."""
+    stamp = path.stat().st_mtime_ns
+    with open(path, "r+b") as f:
+        f.write(content)
+    os.utime(path, ns=(stamp, stamp))
+
+
+def test_a_same_size_rewrite_whose_mtime_is_restored_gets_a_new_digest(tmp_path, hash_cache, monkeypatch):
+    import hashlib
+
+    path = tmp_path / "nq-train.json"
+    path.write_bytes(b"shakespeare" * 100)
+    stamp = 1_700_000_000_000_000_000
+    os.utime(path, ns=(stamp, stamp))
+    first = file_hashes.file_identity(path)
+    inode = path.stat().st_ino
+    time.sleep(0.01)  # a later ctime on file systems with coarse timestamps
+    _rewrite_in_place_keeping_mtime(path, b"marlowe!!!!" * 100)
+    assert path.stat().st_ino == inode and path.stat().st_mtime_ns == stamp
+    monkeypatch.setattr(file_hashes, "_memo", {})  # a new job: only the on-disk cache
+    assert file_hashes.file_identity(path)["sha256"] == hashlib.sha256(b"marlowe!!!!" * 100).hexdigest() != first["sha256"]
+
+
+def test_the_hash_cache_is_found_from_a_node_that_numbers_the_mount_otherwise(tmp_path, hash_cache, monkeypatch):
+    """A shared home read from another client: the same file under another st_dev must hit the cache."""
+    path = tmp_path / "passages.tsv"
+    path.write_bytes(b"x" * 100)
+    identity = file_hashes.file_identity(path)
+    real_stat = os.stat
+
+    def other_device(target, *args, **kwargs):
+        st = real_stat(target, *args, **kwargs)
+        if str(target) != str(path):
+            return st
+        fields = list(st[:10])
+        fields[2] += 7  # st_dev
+        return os.stat_result(fields, {"st_atime_ns": st.st_atime_ns, "st_mtime_ns": st.st_mtime_ns, "st_ctime_ns": st.st_ctime_ns})
+
+    monkeypatch.setattr(os, "stat", other_device)
+    assert path.stat().st_dev == real_stat(path).st_dev + 7
+    monkeypatch.setattr(file_hashes, "_memo", {})
+    monkeypatch.setattr(file_hashes, "_sha256", lambda p: pytest.fail("hashed again on a node whose mount has another number"))
+    assert file_hashes.file_identity(path) == identity
+
+
+def test_the_arrow_copy_and_the_offsets_cache_follow_a_rewrite_whose_mtime_is_restored(tmp_path):
+    from taser.data.arrow_training import arrow_cache_path
+    from taser.data.passage_store import PassageStore
+
+    data = tmp_path / "train.json"
+    data.write_text("[]" + " " * 50)
+    before = arrow_cache_path(data)
+    time.sleep(0.01)
+    _rewrite_in_place_keeping_mtime(data, b"[ ]")
+    assert arrow_cache_path(data) != before
+    tsv = tmp_path / "passages.tsv"
+    tsv.write_text("id\ttext\ttitle\n1\tfirst text\tA\n2\tsecond\tB\n")
+    cache = tmp_path / "offsets.npz"
+    assert PassageStore(tsv, cache=cache)["2"].text == "second"
+    time.sleep(0.01)
+    _rewrite_in_place_keeping_mtime(tsv, b"id\ttext\ttitle\n1\tfirst\tA\n2\tsecond text\tB\n")  # same size, row 2 moved
+    assert PassageStore(tsv, cache=cache)["2"].text == "second text"
+
+
 def test_a_file_written_while_it_is_hashed_is_refused_and_not_cached(tmp_path, hash_cache, monkeypatch):
     path = tmp_path / "passages.tsv"
     path.write_bytes(b"x" * 100)
@@ -93,6 +159,20 @@ def test_every_stage_kinds_code_is_recorded_with_its_version():
     assert not changed, (f"the code of stage kind(s) {changed} changed since their recipe version was recorded: run "
                          f"`python -m taser.pipeline.stage_code bump {' '.join(changed)}` if the change can alter what they build, "
                          f"`... keep {' '.join(changed)}` if it cannot")
+
+
+def test_a_module_a_stage_runs_by_name_is_in_its_code():
+    """The dense index of a several-GPU job is encoded by `python -m taser.pipeline.encode_worker` under
+    torchrun: started by name, not imported, it must still be in the kind's code (and any such module)."""
+    assert "taser.pipeline.encode_worker" in stage_code.modules("dense-index")
+    assert "taser.pipeline.train_worker" in stage_code.modules("train")
+    for kind, (roots, alone) in stage_code.CODE.items():
+        hashed = set(stage_code.modules(kind))
+        for module in hashed - (set(alone) - set(roots)):
+            for node in ast.walk(stage_code._tree(module)):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"taser(\.\w+)+", node.value) \
+                        and stage_code._module_exists(node.value):
+                    assert node.value in hashed, f"{kind}: {module} names {node.value}, outside the kind's code"
 
 
 def test_a_change_to_a_stages_code_is_seen_and_a_comment_is_not(monkeypatch):

@@ -30,7 +30,7 @@ import numpy as np
 
 from taser.data.biencoder_json import check_record, scan_records
 from taser.data.errors import DataFormatError
-from taser.io import atomic_open
+from taser.io import atomic_open, file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -246,12 +246,12 @@ class ArrowTrainingSet:
 
 def arrow_cache_path(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where the Arrow copy of `source` lives: `<cache_dir or source's directory>/<name>.<key>.arrow`,
-    the key a hash of the source's absolute path, size and modification time (and of this format's
-    version): a changed source gets a new file, an unchanged one finds its copy."""
+    the key a hash of the source's absolute path and its `file_stamp` (size, inode, modification and
+    status-change times; and of this format's version): a changed source gets a new file, an
+    unchanged one finds its copy."""
     src = Path(source).resolve()
-    st = src.stat()
     path_key = hashlib.sha256(str(src).encode()).hexdigest()[:8]
-    state_key = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{FORMAT_VERSION}".encode()).hexdigest()[:12]
+    state_key = hashlib.sha256(f"{file_stamp(src)[1:]}:{FORMAT_VERSION}".encode()).hexdigest()[:12]
     return Path(cache_dir or src.parent) / f"{src.name}.{path_key}-{state_key}.arrow"
 
 

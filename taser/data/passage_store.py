@@ -8,7 +8,7 @@ fixed-width bytes, looked up by binary search. For DPR's 21M-passage Wikipedia t
 0.4 GB (id, offset, length per passage), against tens of GB for a dict of Python strings.
 
 The scan takes minutes on a 21M-passage file; pass `cache=` to keep the arrays in a `.npz`
-file, reused while the TSV's path, size and modification time are unchanged.
+file, reused while the TSV's `file_stamp` (path, size, inode, modification and status-change times) is unchanged.
 """
 
 from __future__ import annotations
@@ -25,20 +25,19 @@ import numpy as np
 
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, check_header, row_to_passage
-from taser.io import atomic_path
+from taser.io import atomic_path, file_stamp
 from taser.progress import progress
 
 PROGRESS_ROWS = 10_000  # rows between progress updates of the scan
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 _CHUNK = 1 << 20  # ids gathered in Python lists at most this many at a time
 
 
 def _stamp(path: Path) -> np.ndarray:
-    st = path.stat()
-    return np.array([str(path.resolve()), str(st.st_size), str(st.st_mtime_ns), str(CACHE_FORMAT)])
+    return np.array([*map(str, file_stamp(path)), str(CACHE_FORMAT)])
 
 
 def _scan(path: Path) -> Iterator[tuple[int, int, Passage]]:

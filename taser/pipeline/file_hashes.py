@@ -2,10 +2,13 @@
 
 A stage's key names its input files by `file_identity(path)`: the file's size and the SHA-256 of
 all of its bytes, so a file changed anywhere (its middle too) gives new keys. Hashing a 7 GB
-training file takes a minute, so the digest is cached under the file's (real path, size, mtime
-in ns, inode, device): the next job on this machine reads the cache instead. A file rewritten in
-place changes its mtime (and usually its size), so its old digest is never reused; a file that
-changed while it was being hashed is hashed again and its digest not cached.
+training file takes a minute, so the digest is cached under the file's `file_stamp`: its real
+path, size, inode, and modification and status-change times in ns. A rewrite changes the status-
+change time (ctime) even when a copy tool restores the mtime (`cp -p`, `rsync -a --inplace`) and
+no user can set it back, so a changed file never reuses its old digest; a file that changed while
+it was being hashed is hashed again and its digest not cached. The device number is left out: a
+network file system numbers its mount differently on each client, and a cache in a shared home
+must be found from every node.
 
 The cache lives in `$TASER_FILE_HASH_CACHE`, else `$XDG_CACHE_HOME/taser/file-hashes` (else
 `~/.cache/...`): one small JSON file per (file, version). Nothing breaks without it (an unwritable
@@ -20,7 +23,7 @@ import logging
 import os
 from pathlib import Path
 
-from taser.io import atomic_open
+from taser.io import atomic_open, file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +38,7 @@ def cache_dir() -> Path:
     return Path(base) / "taser" / "file-hashes"
 
 
-def _stat_key(path: Path) -> tuple:
-    st = path.stat()
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+_stat_key = file_stamp
 
 
 def _sha256(path: Path) -> str:
@@ -49,7 +50,7 @@ def _sha256(path: Path) -> str:
 
 
 def file_identity(path: str | os.PathLike) -> dict:
-    """{"size", "sha256"} of the file's whole content (cached by path, size, mtime and inode)."""
+    """{"size", "sha256"} of the file's whole content (cached under its `file_stamp`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")

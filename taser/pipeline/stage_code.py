@@ -3,7 +3,8 @@
 A stage's key holds its settings, its inputs and `version(kind)`, a number recorded in
 `stage_code.json` beside this file together with a hash of the code that builds that kind of
 stage (`CODE` below: the modules a stage kind runs, with every `taser` module they import, at any
-depth, plus the modules that call them). When that code changes, the suite fails
+depth, or run by name (`python -m taser.pipeline.encode_worker` under torchrun), plus the modules
+that call them). When that code changes, the suite fails
 (`tests/test_stage_keys.py`) until the change is recorded, one of two ways:
 
     python -m taser.pipeline.stage_code bump train     # the change can alter the stage's output: a new version, new keys, rebuilt stages
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import sys
 from functools import cache
 from importlib.util import find_spec
@@ -67,11 +69,17 @@ def _tree(module: str) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
+_MODULE_NAME = re.compile(r"^taser(\.[A-Za-z_]\w*)+$")
+
+
 def _imports(module: str) -> set[str]:
-    """The taser modules `module` imports anywhere in its code (function-level imports too)."""
+    """The taser modules `module` imports anywhere in its code (function-level imports too), or names
+    in a string (a module started by name: `run_torchrun("taser.pipeline.encode_worker", ...)`)."""
     found = set()
     for node in ast.walk(_tree(module)):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_NAME.match(node.value):
+            found.add(node.value)
+        elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("taser.")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "taser":
             for alias in node.names:
