@@ -85,6 +85,32 @@ def test_a_table_job_of_several_slurm_tasks_is_refused_before_any_stage(monkeypa
         run_row(Job())
 
 
+def test_a_process_started_in_an_interactive_srun_pty_shell_runs_alone(monkeypatch):
+    """`srun -n 8 --pty bash`: every command typed in the shell inherits task 0 of 8. encode_passages.py
+    encoded 1/8 of the corpus and exited 0, train.py waited 30 min for 7 ranks, experiment.py was refused."""
+    import os
+    import time
+
+    from taser.pipeline import encode
+    from taser.pipeline.rows import refuse_several_tasks
+    from taser.training import distributed
+
+    shell = {"SLURM_JOB_ID": "991", "SLURM_JOB_NAME": "bash", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8",
+             "SLURM_STEP_TASKS_PER_NODE": "8", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+             "SLURM_NTASKS": "8", "SLURM_PTY_PORT": "40123"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC"))}
+    monkeypatch.setattr(os, "environ", {**env, **shell})
+    assert distributed.slurm_step_tasks() == 1
+    assert encode.launcher_shard() == (0, 1)
+    refuse_several_tasks()
+    start = time.perf_counter()
+    info = distributed.init_distributed(device="cpu", timeout_s=5)
+    assert info.world_size == 1 and time.perf_counter() - start < 5
+    distributed.destroy_distributed()
+    monkeypatch.setattr(os, "environ", {**env, **{k: v for k, v in shell.items() if k != "SLURM_PTY_PORT"}})
+    assert distributed.slurm_step_tasks() == 8 and encode.launcher_shard() == (0, 8)  # `srun -n 8` without --pty: 8 tasks
+
+
 def test_srun_tasks_encode_one_shard_each_on_their_own_gpu(monkeypatch):
     """Item 4: `srun -n 8 scripts/encode_passages.py` encoded the whole corpus 8 times on GPU 0."""
     import os

@@ -343,8 +343,10 @@ def refuse_several_tasks(environ=None) -> None:
     ranks that wait for that lock: refused before anything starts."""
     import os
 
+    from taser.training.distributed import slurm_step_tasks
+
     env = os.environ if environ is None else environ
-    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 0)
+    tasks = slurm_step_tasks(env)
     if tasks > 1 and "TORCHELASTIC_RUN_ID" not in env:
         raise SeveralTasks(f"this job runs as {tasks} SLURM tasks (task {env.get('SLURM_PROCID', '?')}), and every task would run the "
                            "whole row: run one task per job (hydra.launcher.tasks_per_node=1, as the slurm_* launcher presets do); the "

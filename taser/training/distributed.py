@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class DistInfo:
@@ -62,13 +64,27 @@ def master_port(job: int, step: int = 0) -> int:
     return PORT_BASE + (job * 7 + step) % PORT_SPAN
 
 
+def slurm_step_tasks(environ=None) -> int:
+    """How many tasks this process's SLURM step runs it as (0 outside a step). A process started from
+    an interactive shell (`srun -n 8 --pty bash`, or `salloc` then `srun --pty bash`) inherits the
+    shell's step, task 0 of N, though it was started alone: a `--pty` step (SLURM_PTY_PORT) counts as
+    one task, as PyTorch Lightning treats interactive shells. Start several tasks with `srun -n N`
+    without `--pty`, or with torchrun."""
+    env = os.environ if environ is None else environ
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 0)
+    if tasks > 1 and env.get("SLURM_PTY_PORT"):
+        log.info("an interactive SLURM shell (srun --pty, %d tasks): this process runs alone", tasks)
+        return 1
+    return tasks
+
+
 def slurm_environment(environ=None) -> dict[str, str]:
     """torchrun's variables from SLURM's, for a process that `srun` (or submitit) started as one
     task of several, when torchrun is not the launcher: RANK (SLURM_PROCID), WORLD_SIZE (the step's
     tasks), LOCAL_RANK (SLURM_LOCALID), MASTER_ADDR (the step's first node) and MASTER_PORT (from the
     job id unless set). {} outside such a step, or when torchrun's variables are already there."""
     env = os.environ if environ is None else environ
-    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 0)  # srun's; a batch script's own process has none (it must not wait for others)
+    tasks = slurm_step_tasks(env)  # srun's; a batch script's own process has none (it must not wait for others)
     if "WORLD_SIZE" in env or tasks <= 1 or "SLURM_PROCID" not in env:
         return {}
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
