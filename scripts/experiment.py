@@ -7,18 +7,14 @@
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="experiment", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)  # a typo in a row's name is refused here, before anything loads
-    import signal
-    import sys
-
-    # SLURM's time limit (and a cancel) sends SIGTERM: exit through Python so the stage's lock is released
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()  # not under submitit, which handles SIGTERM itself
     from taser.pipeline.rows import run_row
 
     run_row(job)

@@ -30,6 +30,19 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
+def exit_on_sigterm() -> bool:
+    """SLURM's time limit (and a cancel) sends SIGTERM: exit through Python (SystemExit), so a stage's
+    lock is released and its torchrun ranks are stopped. Left alone where a launcher already handles
+    SIGTERM (submitit bypasses it on purpose and requeues a preempted job on its own signal): True
+    when installed."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return False
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    return True
+
+
 def register_schemas() -> None:
     """Store each script's schema in Hydra's ConfigStore; its YAML lists it first in `defaults`."""
     from hydra.core.config_store import ConfigStore

@@ -63,6 +63,51 @@ def test_a_terminated_job_stops_the_ranks_in_their_own_sessions(tmp_path):
 
 def test_a_command_that_ends_returns_its_exit_code():
     assert run_tree([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    assert run_tree([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]) == -signal.SIGKILL  # the OOM killer
+
+
+KILLED_JOB = """
+import sys
+from taser.pipeline.process_tree import run_tree
+run_tree([sys.executable, "-c", sys.argv[1], sys.argv[2]], grace_s=5)
+"""
+
+
+def test_a_job_killed_outright_takes_its_ranks_with_it(tmp_path):
+    """`kill -9` of the job's process (the OOM killer, a local launcher) runs no Python: its torchrun
+    ranks, in sessions of their own, kept training into a stage whose lock was then free."""
+    rank_pid = tmp_path / "rank.pid"
+    job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, AGENT, str(rank_pid)])
+    deadline = time.time() + 60
+    while not rank_pid.is_file() or not rank_pid.read_text():
+        assert time.time() < deadline, "the rank never started"
+        time.sleep(0.05)
+    rank = int(rank_pid.read_text())
+    job.send_signal(signal.SIGKILL)
+    job.wait(timeout=60)
+    deadline = time.time() + 10
+    while _alive(rank) and time.time() < deadline:
+        time.sleep(0.05)
+    alive = _alive(rank)
+    if alive:
+        os.kill(rank, signal.SIGKILL)
+    assert not alive, "the rank outlived its job"
+    assert (tmp_path / "rank.pid.term").is_file()  # asked to stop (SIGTERM) first
+
+
+def test_sigterm_exits_through_python_unless_a_launcher_handles_it():
+    """submitit bypasses SIGTERM on purpose (a preempted job is requeued on its own signal): the
+    experiment's handler must not replace it."""
+    code = ("import signal, sys\n"
+            "from taser.cli import exit_on_sigterm\n"
+            "if sys.argv[1] == 'submitit':\n"
+            "    bypass = lambda s, f: None\n"
+            "    signal.signal(signal.SIGTERM, bypass)\n"
+            "installed = exit_on_sigterm()\n"
+            "print(installed, sys.argv[1] != 'submitit' or signal.getsignal(signal.SIGTERM) is bypass)\n")
+    alone = subprocess.run([sys.executable, "-c", code, "alone"], capture_output=True, text=True, check=True).stdout.split()
+    under = subprocess.run([sys.executable, "-c", code, "submitit"], capture_output=True, text=True, check=True).stdout.split()
+    assert alone == ["True", "True"] and under == ["False", "True"]
 
 
 def test_a_failed_torchrun_raises_naming_what_failed_and_where_a_rerun_continues(tmp_path):

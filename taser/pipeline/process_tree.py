@@ -6,6 +6,12 @@ training into a stage directory whose lock has been released. `run_tree` runs th
 it is interrupted, asks every process of the tree to stop (SIGTERM: torchrun's agent then stops
 its ranks itself), waits, and kills what is left. The tree is read from /proc before any signal,
 so ranks re-parented away from the agent are still found.
+
+A SIGKILL of the job's process (`kill -9`, the OOM killer, a local launcher stopping its worker)
+runs no Python, so on Linux the command runs under a guard (`taser.pipeline.tree_guard`): a small
+process that adopts every orphan of the tree (a child subreaper) and holds the read end of a pipe
+whose write end only the job holds. When the job dies, however it dies, the pipe closes and the
+guard stops the whole tree the same way.
 """
 
 from __future__ import annotations
@@ -50,9 +56,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def stop_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM to `process` and all its descendants, then SIGKILL to whatever still runs after `grace_s`."""
-    tree = [process.pid, *descendants(process.pid)]
+def stop_pids(tree: list[int], grace_s: float = GRACE_S, poll=lambda: None) -> None:
+    """SIGTERM to every process of `tree`, then SIGKILL to whatever still runs after `grace_s`
+    (`poll` is called while waiting: it collects children that exited)."""
     for pid in tree:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -60,7 +66,7 @@ def stop_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
             pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
-        process.poll()  # collects the agent once it exits (a zombie counts as gone either way)
+        poll()
         time.sleep(0.05)
     for pid in tree:
         if _alive(pid):
@@ -69,6 +75,11 @@ def stop_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def stop_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM to `process` and all its descendants, then SIGKILL to whatever still runs after `grace_s`."""
+    stop_pids([process.pid, *descendants(process.pid)], grace_s, process.poll)  # poll collects the agent once it exits
     process.wait()
 
 
@@ -91,11 +102,26 @@ def run_torchrun(module: str, spec: dict, spec_file: Path, processes: int, what:
 
 
 def run_tree(command: list[str], grace_s: float = GRACE_S, **popen) -> int:
-    """Run `command`; its exit code. Interrupted (an exception, SystemExit from a SIGTERM handler),
-    it stops the command's whole process tree before the exception goes on."""
-    process = subprocess.Popen(command, **popen)
+    """Run `command`; its exit code (negative: killed by that signal). Interrupted (an exception,
+    SystemExit from a SIGTERM handler), it stops the command's whole process tree before the exception
+    goes on; killed outright, its guard does (Linux)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        process = subprocess.Popen(command, **popen)
+        alive_fd = None
+    else:
+        guard_fd, alive_fd = os.pipe()  # the job holds the write end alone (not inherited): closed when it dies
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "taser.pipeline.tree_guard", str(guard_fd), str(grace_s), "--", *command],
+                                       pass_fds=(guard_fd,), **popen)
+        finally:
+            os.close(guard_fd)
     try:
         return process.wait()
     except BaseException:
         stop_tree(process, grace_s)
         raise
+    finally:
+        if alive_fd is not None:
+            os.close(alive_fd)
