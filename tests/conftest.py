@@ -97,6 +97,39 @@ def tiny_model_cfg(pretrained: str, model_type: str = "dpr", **extra) -> dict:
     return cfg
 
 
+class LockClock:
+    """A waiter's own clock for stage locks (`_FileLock.clock`): `advance(s)` moves it on; with `jump`,
+    every look is that many seconds after the last (a lock seen twice unchanged is past every limit)."""
+
+    def __init__(self, jump: float = 0.0):
+        self.now, self.jump = 0.0, jump
+
+    def __call__(self) -> float:
+        self.now += self.jump
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def lock_clock(monkeypatch) -> LockClock:
+    from taser.pipeline.stages import _FileLock
+
+    clock = LockClock()
+    monkeypatch.setattr(_FileLock, "clock", staticmethod(clock))
+    return clock
+
+
+@pytest.fixture
+def jumping_lock_clock(monkeypatch) -> LockClock:
+    from taser.pipeline.stages import _FileLock
+
+    clock = LockClock(jump=1000.0)
+    monkeypatch.setattr(_FileLock, "clock", staticmethod(clock))
+    return clock
+
+
 def pytest_collection_modifyitems(config, items):
     # the slow tests first: with the suite spread over workers, a worker then ends on short tests
     # instead of starting a minute-long one when the others are done

@@ -361,18 +361,22 @@ def test_a_rows_training_stage_runs_under_torchrun_with_several_processes(squad4
     assert "encoding the passages on 2 processes" in done.stderr  # the index too, one shard per process
 
 
-def test_a_lock_goes_stale_only_when_its_holder_stops_touching_it(tmp_path):
+def test_a_lock_goes_stale_only_when_its_holder_stops_touching_it(tmp_path, lock_clock):
     """Would catch a lock of a job killed on another node (no pid to check) waited on for ever, a live
     holder's lock taken over, or a holder removing a lock that is no longer its own."""
-    import time
 
     from taser.pipeline.stages import _FileLock
 
     path = tmp_path / "x.lock"
     path.write_text(json.dumps({"host": "another-node", "pid": 1, "since": 0, "token": "theirs"}))
     lock = _FileLock(path, poll_s=0.01, stale_after_s=60)
-    assert not lock._stale()  # just touched: alive as far as anyone can tell
-    os.utime(path, (time.time() - 120, time.time() - 120))
+    assert not lock._stale()  # just seen: alive as far as anyone can tell
+    lock_clock.advance(50)
+    os.utime(path)  # its holder touched it
+    assert not lock._stale()
+    lock_clock.advance(59)
+    assert not lock._stale()  # 59 s since it last changed
+    lock_clock.advance(2)
     assert lock._stale() and lock._break_if_stale() and not path.exists()
     with lock:
         assert json.loads(path.read_text())["token"] == lock.token

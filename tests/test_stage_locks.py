@@ -7,8 +7,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,12 +48,15 @@ def test_a_holder_whose_lock_was_taken_over_does_not_mark_its_stage_done(tmp_pat
     assert not list(tmp_path.glob(f"*/{DONE_FILE}"))
 
 
-def test_a_lock_left_empty_by_a_kill_goes_stale(tmp_path):
+def test_a_lock_left_empty_by_a_kill_goes_stale(tmp_path, lock_clock):
     path = tmp_path / "x.lock"
     path.write_text("")  # created, never written: the holder was killed in between
+    os.utime(path, (time.time() - 3600,) * 2)  # an old mtime says nothing: another machine's clock (an NFS server's)
     lock = _FileLock(path, poll_s=0.01, stale_after_s=600)
-    assert not lock._stale()  # just created: perhaps being written
-    os.utime(path, (time.time() - stages.EMPTY_AFTER_S - 5,) * 2)
+    assert not lock._stale()  # first seen now: perhaps being written
+    lock_clock.advance(stages.EMPTY_AFTER_S - 1)
+    assert not lock._stale()
+    lock_clock.advance(2)  # seen unchanged for EMPTY_AFTER_S of the waiter's own clock
     assert lock._stale() and lock._break_if_stale() and not path.exists()
 
 
@@ -159,3 +164,72 @@ def test_the_heartbeat_touches_the_lock_itself(tmp_path, monkeypatch):
         assert path.stat().st_mtime_ns > first_beat  # and it goes on beating
         assert path.read_text() == owner and lock._owner()["token"] == lock.token
     assert not path.exists()
+
+
+def _taken_over(tmp_path):
+    lock = next(tmp_path.glob("*.lock"))
+    lock.write_text(json.dumps({"host": "another-node", "pid": 1, "token": "the new holder"}))  # a waiter elsewhere took it over
+
+
+def test_a_holder_that_lost_its_lock_stops_waiting_on_its_torchrun_at_once(tmp_path, monkeypatch):
+    """A holder paused past the stale limit on another host, resumed, went on building for days beside
+    the new holder and learned it only at the end. Now its next heartbeat stops the build: here the main
+    thread, blocked waiting on a child process tree (torchrun), whose tree is stopped too."""
+    from taser.pipeline.process_tree import run_tree
+
+    monkeypatch.setattr(stages, "HEARTBEAT_S", 0.05)
+    store, marker = StageStore(tmp_path, poll_s=0.01), tmp_path / "child.pid"
+    # the child (torchrun, say) runs, then a waiter elsewhere takes the lock over
+    child = ("import json, os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+             "open(sys.argv[2], 'w').write(json.dumps({'host': 'another-node', 'pid': 1, 'token': 'the new holder'})); time.sleep(60)")
+
+    def build(directory):
+        run_tree([sys.executable, "-c", child, str(marker), str(next(tmp_path.glob("*.lock")))], grace_s=5)
+
+    began = time.perf_counter()
+    with pytest.raises(LockLost, match="taken over"):
+        store.run("squad", {"fenced": 1}, {}, build)
+    assert time.perf_counter() - began < 20 and not list(tmp_path.glob(f"*/{DONE_FILE}"))
+    assert signal.getsignal(stages.FENCE_SIGNAL) == signal.SIG_DFL  # the handler is the lock's only while it is held
+    pid = int(marker.read_text())
+    deadline = time.time() + 10
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.time() < deadline, "the fenced build's child still runs"
+        time.sleep(0.05)
+
+
+def test_a_holder_building_in_another_thread_is_stopped_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "HEARTBEAT_S", 0.05)
+    store, steps, raised = StageStore(tmp_path, poll_s=0.01), [], []
+
+    def build(directory):
+        _taken_over(tmp_path)
+        for i in range(1000):  # 10 s of work, step by step
+            steps.append(i)
+            time.sleep(0.01)
+
+    def job():
+        try:
+            store.run("squad", {"fenced": 2}, {}, build)
+        except LockLost as error:
+            raised.append(error)
+
+    worker = threading.Thread(target=job)
+    worker.start()
+    worker.join(timeout=30)
+    assert raised and len(steps) < 500 and not list(tmp_path.glob(f"*/{DONE_FILE}"))
+
+
+def test_a_lock_of_the_same_host_name_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path, lock_clock):
+    """Containers that share a hostname have pid namespaces of their own: a pid there means nothing
+    here, so a live holder's lock must not be taken over because that pid is not running here."""
+    pid, start = _dead_process()
+    path = tmp_path / "x.lock"
+    path.write_text(json.dumps({"host": socket.gethostname(), **stages._process_space(), "pidns": "pid:[1]", "pid": pid, "start": start,
+                                "token": "a container's"}))
+    lock = _FileLock(path, poll_s=0.01, stale_after_s=300)
+    assert not lock._stale()
+    lock_clock.advance(299)
+    assert not lock._stale()
+    lock_clock.advance(2)
+    assert lock._stale()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import LockClock
 
 import taser.pipeline.stages as stages
 from taser.pipeline.stages import DONE_FILE, LockLost, PlannedStore, PrepareStore, StageStore, _FileLock, process_start, stage_key
@@ -132,8 +133,9 @@ def test_the_lock_file_names_its_holder(tmp_path):
     before = time.time()
     with _FileLock(path, poll_s=0.01, stale_after_s=60) as lock:
         held = json.loads(path.read_text())
-    assert held == {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid()), "since": held["since"],
-                    "token": lock.token}
+    assert held == {"host": socket.gethostname(), **stages._process_space(), "pid": os.getpid(), "start": process_start(os.getpid()),
+                    "since": held["since"], "token": lock.token}
+    assert set(stages._process_space()) == {"boot", "pidns"}  # Linux: a pid means one process within one boot and pid namespace
     assert before <= held["since"] <= time.time() and lock.token.startswith(f"{socket.gethostname()}:{os.getpid()}:")
     assert lock.token != _FileLock(path, poll_s=0.01, stale_after_s=60).token and not path.exists()
 
@@ -184,23 +186,27 @@ def test_a_lost_lock_names_who_holds_it_now(tmp_path):
     assert "(now held by nobody)" in str(gone.value)
 
 
-def test_a_lock_from_another_host_goes_stale_after_the_stores_time(tmp_path):
+def test_a_lock_from_another_host_goes_stale_after_the_stores_time(tmp_path, lock_clock):
     """Would catch the store's `stale_after_s` not reaching its locks: a lock from a lost node, a
     little older than that, is taken over (here in 1 s, not the default 5 minutes)."""
     store = StageStore(tmp_path, poll_s=0.02, stale_after_s=1.0)
     key = stage_key("squad", {"a": 1}, {})
     _live_lock(tmp_path / (key + ".lock"), host="a-lost-node", pid=1)
-    os.utime(tmp_path / (key + ".lock"), (time.time() - 2,) * 2)
     done = []
     worker = threading.Thread(target=lambda: done.append(store.run("squad", {"a": 1}, {}, lambda d: None)), daemon=True)  # a hang fails the test, not the run
     worker.start()
+    time.sleep(0.3)
+    assert not done  # waiting: unchanged for 0 s of its clock
+    lock_clock.advance(1.5)
     worker.join(timeout=20)
     assert done and done[0].built
     fresh = tmp_path / "fresh.lock"
     _live_lock(fresh, host="a-lost-node", pid=1)
-    os.utime(fresh, (time.time() - 2,) * 2)
-    assert not _FileLock(fresh, poll_s=0.01, stale_after_s=None)._stale()  # the default: 300 s
-    assert _FileLock(fresh, poll_s=0.01, stale_after_s=1.0)._stale()
+    default, short = _FileLock(fresh, poll_s=0.01, stale_after_s=None), _FileLock(fresh, poll_s=0.01, stale_after_s=1.0)
+    assert not default._stale() and not short._stale()  # first seen
+    lock_clock.advance(2)
+    assert not default._stale()  # the default: 300 s
+    assert short._stale()
 
 
 def test_a_missing_lock_is_not_stale_and_checking_a_live_holder_leaves_it_alone(tmp_path):
@@ -237,7 +243,7 @@ def test_the_start_time_of_a_process_whose_name_has_a_parenthesis(tmp_path):
             process.wait()
 
 
-def test_taking_over_a_stale_lock_names_its_holder_and_a_break_under_way_is_left_alone(tmp_path, caplog):
+def test_taking_over_a_stale_lock_names_its_holder_and_a_break_under_way_is_left_alone(tmp_path, caplog, jumping_lock_clock):
     """Would catch a wrong takeover warning (the holder's token, else what the file held, else
     "nobody: left empty"), and a second waiter breaking a lock while another one is at it."""
     for held, named in (({"host": "a-lost-node", "pid": 1, "token": "node7:42:1"}, "node7:42:1"),
@@ -245,16 +251,18 @@ def test_taking_over_a_stale_lock_names_its_holder_and_a_break_under_way_is_left
                         (None, "nobody: left empty")):
         path = tmp_path / "x.lock"
         path.write_text(json.dumps(held) if held else "")
-        os.utime(path, (time.time() - stages.EMPTY_AFTER_S - 5,) * 2)
+        waiter = _FileLock(path, poll_s=0.01, stale_after_s=1.0)
+        assert not waiter._stale()  # a first look
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="taser.pipeline.stages"):
-            assert _FileLock(path, poll_s=0.01, stale_after_s=1.0)._break_if_stale() and not path.exists()
+            assert waiter._break_if_stale() and not path.exists()
         assert [r.getMessage() for r in caplog.records] == [f"taking over the stale lock {path} (held by {named})"]
         assert not (tmp_path / "x.lock.break").exists()
     path.write_text("")
-    os.utime(path, (time.time() - stages.EMPTY_AFTER_S - 5,) * 2)
     (tmp_path / "x.lock.break").write_text("")  # another waiter is breaking it
-    assert not _FileLock(path, poll_s=0.01, stale_after_s=1.0)._break_if_stale() and path.exists()
+    waiter = _FileLock(path, poll_s=0.01, stale_after_s=1.0)
+    assert not waiter._stale()
+    assert not waiter._break_if_stale() and path.exists()
 
 
 def test_a_planned_and_a_prepare_store_name_stages_as_the_real_store_does(tmp_path, version_3):
@@ -285,7 +293,7 @@ def test_code_commit_names_this_checkout(monkeypatch):
         stages.code_commit.cache_clear()
 
 
-def test_a_break_file_left_by_a_killed_waiter_does_not_block_the_lock_for_ever(tmp_path, caplog):
+def test_a_break_file_left_by_a_killed_waiter_does_not_block_the_lock_for_ever(tmp_path, caplog, monkeypatch):
     """Would catch a `.break` file left by a waiter killed mid-takeover kept for good (every later
     waiter would wait for ever), or a fresh one (another waiter at work) removed."""
     store = StageStore(tmp_path, poll_s=0.02, stale_after_s=1.0)
@@ -293,8 +301,8 @@ def test_a_break_file_left_by_a_killed_waiter_does_not_block_the_lock_for_ever(t
     lock, breaker = tmp_path / (key + ".lock"), tmp_path / (key + ".lock.break")
     _live_lock(lock, host="a-lost-node", pid=1)
     breaker.write_text("")
-    for path in (lock, breaker):
-        os.utime(path, (time.time() - stages.EMPTY_AFTER_S - 5,) * 2)
+    clock = LockClock(jump=1000.0)  # every look 1,000 s after the last
+    monkeypatch.setattr(_FileLock, "clock", staticmethod(clock))
     done = []
     with caplog.at_level(logging.WARNING, logger="taser.pipeline.stages"):
         worker = threading.Thread(target=lambda: done.append(store.run("squad", {"a": 1}, {}, lambda d: None)), daemon=True)
@@ -304,5 +312,8 @@ def test_a_break_file_left_by_a_killed_waiter_does_not_block_the_lock_for_ever(t
     assert caplog.records[0].getMessage().startswith(f"removing {breaker}, left ")
     fresh = tmp_path / "x.lock.break"
     fresh.write_text("")
-    _FileLock._clear_abandoned(fresh)
-    assert fresh.exists()  # another waiter is taking over: left alone
+    monkeypatch.setattr(_FileLock, "clock", staticmethod(LockClock()))
+    waiter = _FileLock(tmp_path / "x.lock", poll_s=0.01, stale_after_s=1.0)
+    waiter._clear_abandoned(fresh)
+    waiter._clear_abandoned(fresh)
+    assert fresh.exists()  # another waiter is taking over (seen unchanged for 0 s): left alone

@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -163,25 +164,54 @@ def process_start(pid: int) -> str | None:
         return None
 
 
+def _process_space() -> dict:
+    """What makes a pid mean one process on this machine: the boot and the pid namespace (containers
+    that share a hostname have pid namespaces of their own)."""
+    space = {}
+    for name, path in (("boot", "/proc/sys/kernel/random/boot_id"), ("pidns", "/proc/self/ns/pid")):
+        try:
+            space[name] = Path(path).read_text().strip() if name == "boot" else os.readlink(path)
+        except OSError:
+            pass
+    return space
+
+
+FENCE_SIGNAL = signal.SIGUSR1  # sent to the building main thread when its lock was taken over (used only where nothing else handles it)
+
+
 class _FileLock:
-    """A lock file created exclusively (O_EXCL), holding its owner's host, pid, process start time and
-    a token; the holder touches it every HEARTBEAT_S seconds (an error, an NFS hiccup, is retried at
-    the next beat). A lock is stale when its process is gone (same host: the pid is not running, or
-    runs another process than the one that wrote the lock), or, on another host, when it was not
-    touched for `stale_after_s` (a killed job, a lost node); a live process on this host keeps its
-    lock however long it is paused (SIGSTOP, a suspended SLURM job). A lock file left empty by a kill
-    between its creation and its first write is stale after EMPTY_AFTER_S. Before the holder marks
-    its stage done it checks that the lock still holds its token (`check_held`).
-    Breaking a stale lock is itself serialised (a `.break` file created exclusively; one older than
-    EMPTY_AFTER_S was left by a waiter killed while breaking, and is removed), and the lock is checked
-    again under it, so two waiters never both take it over; a holder removes the lock only while it
-    still holds its own token."""
+    """A lock file created exclusively (O_EXCL), holding its owner's host, boot, pid namespace, pid,
+    process start time and a token; the holder touches it every HEARTBEAT_S seconds (an error, an NFS
+    hiccup, is retried at the next beat).
+
+    A lock is stale when its process is gone (same host, boot and pid namespace: the pid is not
+    running, or runs another process than the one that wrote the lock), or otherwise when the waiter
+    has seen its modification time unchanged for `stale_after_s` seconds of the waiter's own clock
+    (a killed job, a lost node: no clock of another machine, or of an NFS server, is compared with
+    this one's); a live process on this host keeps its lock however long it is paused (SIGSTOP, a
+    suspended SLURM job). A lock file left empty by a kill between its creation and its first write
+    is stale once seen unchanged for EMPTY_AFTER_S.
+
+    Fencing: at every beat the holder checks that the lock still holds its token; a holder whose lock
+    was taken over (paused on another host past the stale limit) stops building at once: LockLost is
+    raised in the building thread (a signal wakes a main thread blocked on a child process, whose
+    tree is then stopped), and it is checked again before the stage is marked done (`check_held`).
+    Breaking a stale lock is itself serialised (a `.break` file created exclusively; one seen unchanged
+    for EMPTY_AFTER_S was left by a waiter killed while breaking, and is removed), and the lock is
+    checked again under it, so two waiters never both take it over; a holder removes the lock only
+    while it still holds its own token."""
+
+    clock = staticmethod(time.monotonic)  # the waiter's own clock (tests replace it)
 
     def __init__(self, path: Path, poll_s: float, stale_after_s: float | None):
         self.path, self.poll_s = path, poll_s
         self.stale_after_s = STALE_AFTER_S if stale_after_s is None else stale_after_s
         self.token = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
         self._stop: threading.Event | None = None
+        self._seen: dict[Path, tuple[tuple, float]] = {}  # path -> (its stat as last seen, when first seen so)
+        self._builder: int | None = None
+        self._old_handler = None
+        self.lost = False
         self.waited = 0.0  # seconds spent waiting for another holder
 
     def __enter__(self):
@@ -201,8 +231,9 @@ class _FileLock:
                 continue
             self.waited = time.perf_counter() - start if waited else 0.0
             with os.fdopen(fd, "w") as f:
-                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid()), "since": time.time(),
-                           "token": self.token}, f)
+                json.dump({"host": socket.gethostname(), **_process_space(), "pid": os.getpid(), "start": process_start(os.getpid()),
+                           "since": time.time(), "token": self.token}, f)
+            self._arm_fence()
             self._stop = threading.Event()
             threading.Thread(target=self._beat, args=(self._stop,), daemon=True, name="stage-lock-heartbeat").start()
             return self
@@ -210,6 +241,7 @@ class _FileLock:
     def __exit__(self, *exc):
         if self._stop is not None:
             self._stop.set()
+        self._disarm_fence()
         if self._owner().get("token") == self.token:
             self.path.unlink(missing_ok=True)
         return False
@@ -220,9 +252,44 @@ class _FileLock:
             raise LockLost(f"the lock {self.path} was taken over while this process built its stage (now held by "
                            f"{owner.get('token') or 'nobody'}); the stage is not marked done: rerun to build or find it")
 
+    def _arm_fence(self) -> None:
+        self._builder = threading.get_ident()
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(FENCE_SIGNAL) in (signal.SIG_DFL, None):
+            def fenced(signum, frame):
+                if self.lost:
+                    self.check_held()
+
+            self._old_handler = signal.signal(FENCE_SIGNAL, fenced)
+
+    def _disarm_fence(self) -> None:
+        if self._old_handler is not None:
+            signal.signal(FENCE_SIGNAL, self._old_handler)
+            self._old_handler = None
+        self._builder = None
+
+    def _fence(self) -> None:
+        """Stop the building thread: the lock is another process's now."""
+        self.lost = True
+        log.error("the lock %s was taken over while this process built its stage (paused past the stale limit?): stopping the build",
+                  self.path)
+        builder = self._builder
+        if builder is None:
+            return
+        if self._old_handler is not None:
+            signal.pthread_kill(builder, FENCE_SIGNAL)  # wakes a main thread blocked in a system call (waiting on torchrun)
+        else:
+            import ctypes
+
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(builder), ctypes.py_object(LockLost))
+
     def _beat(self, stop: threading.Event) -> None:
         failing = False
         while not stop.wait(HEARTBEAT_S):
+            owner = self._owner()
+            if owner and owner.get("token") != self.token or not owner and not self.path.exists():
+                if not stop.is_set():
+                    self._fence()
+                return
             try:
                 os.utime(self.path)
                 failing = False
@@ -237,15 +304,28 @@ class _FileLock:
         except (OSError, ValueError):
             return {}
 
+    def _unchanged_for(self, path: Path) -> float | None:
+        """Seconds of this process's clock since `path` was first seen as it is now (0.0 at a change); None when gone."""
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        state, now = (st.st_mtime_ns, st.st_size, st.st_ino), self.clock()
+        seen = self._seen.get(path)
+        if seen is None or seen[0] != state:
+            self._seen[path] = (state, now)
+            return 0.0
+        return now - seen[1]
+
     def _stale(self) -> bool:
         owner = self._owner()
-        try:
-            age = time.time() - self.path.stat().st_mtime
-        except OSError:
+        age = self._unchanged_for(self.path)
+        if age is None:
             return False  # just removed
         if not owner:
             return age > EMPTY_AFTER_S  # being written, or left empty by a kill
-        if owner.get("host") == socket.gethostname():
+        mine = {"host": socket.gethostname(), **_process_space()}
+        if all(owner.get(k, v) == v for k, v in mine.items()):  # a pid of this machine's pid namespace
             try:
                 os.kill(int(owner["pid"]), 0)
             except ProcessLookupError:
@@ -256,16 +336,12 @@ class _FileLock:
             return start is not None and process_start(int(owner["pid"])) not in (None, start)  # alive (if paused): its lock
         return age > self.stale_after_s
 
-    @staticmethod
-    def _clear_abandoned(breaker: Path) -> None:
-        """Remove a break file older than EMPTY_AFTER_S: breaking takes milliseconds, so it was left by a
-        waiter killed in between, and every later waiter would otherwise wait for ever."""
-        try:
-            age = time.time() - breaker.stat().st_mtime
-        except OSError:
-            return  # just removed
-        if age > EMPTY_AFTER_S:
-            log.warning("removing %s, left %.0f s ago by a waiter killed while it took over a stale lock", breaker, age)
+    def _clear_abandoned(self, breaker: Path) -> None:
+        """Remove a break file seen unchanged for EMPTY_AFTER_S: breaking takes milliseconds, so it was
+        left by a waiter killed in between, and every later waiter would otherwise wait for ever."""
+        age = self._unchanged_for(breaker)
+        if age is not None and age > EMPTY_AFTER_S:
+            log.warning("removing %s, left unchanged for %.0f s by a waiter killed while it took over a stale lock", breaker, age)
             breaker.unlink(missing_ok=True)
 
     def _break_if_stale(self) -> bool:
