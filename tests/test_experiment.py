@@ -115,10 +115,18 @@ def test_a_table_through_the_basic_launcher_builds_each_shared_stage_once(squad4
     assert built(records(sweep), "read") == 4  # one reading of each (row, seed)'s retrieval
     text = report_of(sweep, tmp_path)
     assert "hybrid BM25 + dpr" in text and "dpr" in text and "| 2 |" in text and "EM@1" in text  # two seeds per system; the reader's EM
-    # the same command again: nothing is built
+    # the same command again: no job is run (each is found finished, its stages done), nothing is built
     calls.clear()
+    written = {p: p.stat().st_mtime_ns for p in [*sweep.glob("*/seed-*/experiment.json"), *sweep.glob("prepare/*/prepare.json")]}
     runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
-    assert calls == [] and all(not s["built"] for r in records(sweep).values() for s in r["stages"])
+    assert calls == [] and {p: p.stat().st_mtime_ns for p in written} == written
+    # a stage removed: its builder's job runs again and builds it once; the hybrid that used it, a wave later, finds it done again
+    index = next(s for s in recs[("dpr", 2)]["stages"] if s["stage"] == "index dpr")
+    assert index["key"] in (sweep / "hybrid" / "seed-2" / "experiment.json").read_text()
+    (Path(index["dir"]) / "stage.json").unlink()
+    runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
+    assert {p for p in written if p.stat().st_mtime_ns != written[p]} == {sweep / "dpr" / "seed-2" / "experiment.json"}
+    assert calls == [] and [s["stage"] for s in records(sweep)[("dpr", 2)]["stages"] if s["built"]] == ["index dpr"]
 
 
 @pytest.mark.slow

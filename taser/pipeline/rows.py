@@ -11,6 +11,7 @@ seed, and only the table's first seed writes their results (the report counts th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -44,7 +45,7 @@ class RowRun:
 
     def __init__(self, job: ExperimentJob, store: StageStore | None = None):
         self.job, self.table = job, job.table
-        self.store = store or StageStore(job.stages_dir)
+        self.store = store or StageStore(job.stages_dir, wait=not job.scheduled)
         self.stages: list[tuple[str, Stage]] = []
         self.owners: dict[str, str] = {}  # stage key -> the row (key) whose own stage it is (train, initial, index, dense negatives)
         self._data: dict | None = None
@@ -206,18 +207,57 @@ class RowRun:
             if self.store.done(stage_key("train", {"model": canonical_model, "train": documented}, {"train_files": ids})):
                 log.info("row %s uses %s's model trained on %d processes (this job has %d)", self.job.row, row.name, self.table.processes, processes)
                 key_settings, processes = documented, self.table.processes
-        self._warn_if_other_batch(row, key_settings["global_batch"], processes)
+        settings, inputs = {"model": canonical_model, "train": key_settings}, {"train_files": ids}
+        own = row is self.table.row(self.job.row)
+        planned_here = own or not self.job.scheduled
+        if not self.store.planned and not self.store.done(stage_key("train", settings, inputs)):
+            found = self._same_recipe_elsewhere(row, seed, settings, inputs, own)
+            if found is not None:  # another row's model, trained by its own job on another machine kind
+                log.info("row %s uses %s's model %s (trained as %s)", self.job.row, row.name, found["key"], _machine_parts(found["settings"]["train"]))
+                settings, processes = found["settings"], self.table.processes
+        if planned_here:
+            self._warn_if_other_batch(row, settings["train"]["global_batch"], processes)
 
         def build(d: Path) -> None:
             from taser.training.checkpoint import remove_checkpoint
 
+            if not planned_here:  # the sweep planned this model in its own row's job
+                raise StageNotPlanned(f"row {row.name}'s model at seed {seed} is not in the store {self.store.root}: its own job builds it, "
+                                      f"and this job ({self.job.row}) was not planned to; rerun the sweep (a job whose stages are "
+                                      "built is not submitted again)")
             if processes > 1:
                 train_under_torchrun(model, files, run, d, processes)
             else:
                 run_training(model, files, run, d)
             remove_checkpoint(d / "checkpoint")  # the resumable state: done with once final/ is written
 
-        return self.stage(f"train {row.name}", "train", {"model": canonical_model, "train": key_settings}, {"train_files": ids}, build, owner=row)
+        return self.stage(f"train {row.name}", "train", settings, inputs, build, owner=row)
+
+    def _same_recipe_elsewhere(self, row: RowSpec, seed: int, settings: dict, inputs: dict, own: bool) -> dict | None:
+        """The training stage of this recipe that another machine kind built (or started): `precision: auto`
+        resolved otherwise (bf16 on an A100/H100, fp16 on a V100), or other CPU threads. For another row's
+        model: the one such stage that is done, at the table's global batch (None if none); refused when
+        several are. For the job's own row: refused when one exists, so that one recipe is never split
+        across GPU generations."""
+        from taser.training.config import TrainConfig
+
+        auto = str(TrainConfig.from_value(self.train_settings(row, seed)).precision) == "auto"
+        same = [r for r in self.store.records_of("train") if _recipe(r.get("settings", {}), own) == _recipe(settings, own)
+                and stage_key("train", r["settings"], inputs) == r["key"]]  # the same inputs (they are in the key)
+        if not own:
+            done = [r for r in same if r["done"] and r["settings"]["train"]["global_batch"] == self.table.global_batch(row)]
+            if len(done) > 1:
+                raise RecipeSplit(f"row {row.name}'s model at seed {seed} was trained {len(done)} times, on different machine kinds: "
+                                  + "; ".join(f"{r['key']} ({_machine_parts(r['settings']['train'])})" for r in done)
+                                  + f": keep one (remove the others from {self.store.root}), or pin table.train.precision")
+            return done[0] if done else None
+        if auto and same:
+            raise RecipeSplit(f"row {row.name} at seed {seed} would train as {_machine_parts(settings['train'])} on this machine, and the store "
+                              f"already holds this recipe as " + "; ".join(f"{r['key']} ({_machine_parts(r['settings']['train'])}, "
+                                                                          f"{'done' if r['done'] else 'started'})" for r in same)
+                              + ": precision auto resolves per GPU generation. Run this job where that one ran, or pin "
+                              "table.train.precision (its stages then have keys of their own)")
+        return None
 
     def _warn_if_other_batch(self, row: RowSpec, global_batch: int, processes: int) -> None:
         expected = self.table.global_batch(row)
@@ -332,6 +372,27 @@ def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed
         json.dump(results, f, indent=2)
 
 
+MACHINE_PARTS = ("precision", "cpu_threads")  # the parts of a training key that the machine resolves (precision auto, threads)
+
+
+def _recipe(settings: dict, batch: bool = True) -> dict:
+    """A training key's settings without the parts the machine resolves (and, with batch=False, the global batch)."""
+    left_out = MACHINE_PARTS if batch else (*MACHINE_PARTS, "global_batch")
+    return {**settings, "train": {k: v for k, v in settings.get("train", {}).items() if k not in left_out}}
+
+
+def _machine_parts(train: dict) -> str:
+    return ", ".join(f"{k} {train[k]}" for k in ("global_batch", *MACHINE_PARTS) if k in train)
+
+
+class StageNotPlanned(RuntimeError):
+    """A sweep's job asked for another row's model that is not in the store: it does not train it."""
+
+
+class RecipeSplit(RuntimeError):
+    """One training recipe would be (or was) trained under two machine-resolved keys (GPU generations)."""
+
+
 class SeveralTasks(RuntimeError):
     """A table job started as several SLURM tasks: each would run the whole row."""
 
@@ -361,10 +422,28 @@ def stage_records(stages: list[tuple[str, Stage]]) -> list[dict]:
 def prepare_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     """phase=prepare: build only the row's CPU stages (CPU_KINDS), so the job that then runs the row on
     GPUs finds them; its record goes to `prepare.json` in the job's directory (no results)."""
+    with _job_ledger(job) as ledger:
+        record = _prepare_row(job, store)
+        ledger.extend(s["key"] for s in record["stages"])
+    return record
+
+
+@contextlib.contextmanager
+def _job_ledger(job: ExperimentJob):
+    """The job's lock while it runs (a sweep's job only), its record when it ends (`taser.pipeline.job_ledger`)."""
+    from taser.pipeline import job_ledger
+
+    keys: list[str] = []
+    with job_ledger.running(job) if job.scheduled else contextlib.nullcontext():
+        yield keys
+        job_ledger.record_finished(job, keys)
+
+
+def _prepare_row(job: ExperimentJob, store: StageStore | None) -> dict:
     from taser.runtime import describe_hardware
 
     start = time.perf_counter()
-    run = RowRun(job, store or PrepareStore(job.stages_dir))
+    run = RowRun(job, store or PrepareStore(job.stages_dir, wait=not job.scheduled))
     run.evaluate(job.table.row(job.row), job.seed)
     stages = [(label, s) for label, s in run.stages if s.key.rsplit("-", 1)[0] in CPU_KINDS]
     record = {"table": job.table.name, "row": job.row, "seed": job.seed, "phase": str(job.phase), "commit": code_commit(),
@@ -380,11 +459,18 @@ def prepare_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
 
 def run_row(job: ExperimentJob, store: StageStore | None = None) -> dict:
     """Run (or find) every stage of `job.row` at `job.seed`; write the row's files into `job.out_dir`."""
-    from taser.runtime import describe_hardware
-
     refuse_several_tasks()
     if job.phase == JobPhase.prepare:
         return prepare_row(job, store)
+    with _job_ledger(job) as ledger:
+        record = _run_row(job, store)
+        ledger.extend(s["key"] for s in record["stages"])
+    return record
+
+
+def _run_row(job: ExperimentJob, store: StageStore | None) -> dict:
+    from taser.runtime import describe_hardware
+
     start = time.perf_counter()
     table: TableSpec = job.table
     row = table.row(job.row)

@@ -38,11 +38,12 @@ from taser.io import atomic_open
 from taser.pipeline import stage_code
 from taser.pipeline.file_hashes import file_identity
 
-__all__ = ["DONE_FILE", "Stage", "StageStore", "code_commit", "file_identity", "stage_key"]
+__all__ = ["DONE_FILE", "Stage", "StageBusy", "StageStore", "code_commit", "file_identity", "stage_key"]
 
 log = logging.getLogger(__name__)
 
 DONE_FILE = "stage.json"
+REQUEST_FILE = "stage-request.json"  # a stage's kind, settings and inputs, written when its build starts (found before it is done)
 LOCK_SUFFIX = ".lock"
 
 
@@ -79,10 +80,11 @@ class Stage:
 class StageStore:
     planned = False  # True: keys only, nothing built (PlannedStore)
 
-    def __init__(self, root: str | os.PathLike, poll_s: float = 2.0, stale_after_s: float | None = None):
+    def __init__(self, root: str | os.PathLike, poll_s: float = 2.0, stale_after_s: float | None = None, wait: bool = True):
         self.root = Path(root)
         self.poll_s = poll_s
         self.stale_after_s = stale_after_s  # a lock untouched this long is taken over (None: STALE_AFTER_S)
+        self.wait = wait  # False: a stage another live process builds raises StageBusy at once (a sweep's job: its driver waits instead)
 
     def dir(self, key: str) -> Path:
         return self.root / key
@@ -102,6 +104,9 @@ class StageStore:
             if self.done(key):  # another process built it while this one waited
                 return Stage(key, directory, False, time.perf_counter() - start, lock.waited)
             directory.mkdir(parents=True, exist_ok=True)
+            if not (directory / REQUEST_FILE).is_file():
+                with atomic_open(directory / REQUEST_FILE) as f:
+                    json.dump({"key": key, "kind": kind, "settings": settings, "inputs": inputs}, f, indent=2, default=str)
             log.info("stage %s: building in %s", key, directory)
             build(directory)
             seconds = time.perf_counter() - start
@@ -113,7 +118,22 @@ class StageStore:
         return Stage(key, directory, True, seconds, lock.waited)
 
     def _lock(self, key: str):
-        return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s)
+        return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s, wait=self.wait)
+
+    def records_of(self, kind: str) -> list[dict]:
+        """The recorded kind, settings and inputs of every stage of `kind` in the store, done or
+        started (`done` says which), each with its `key`."""
+        found = []
+        for directory in sorted(self.root.glob(f"{kind}-*")) if self.root.is_dir() else []:
+            for name, done in ((DONE_FILE, True), (REQUEST_FILE, False)):
+                try:
+                    record = json.loads((directory / name).read_text())
+                except (OSError, ValueError):
+                    continue
+                if record.get("kind") == kind:
+                    found.append({**record, "key": directory.name, "done": done})
+                    break
+        return found
 
 
 class PlannedStore(StageStore):
@@ -156,6 +176,19 @@ class LockLost(RuntimeError):
     """The stage's lock was taken over while this process built it: the stage is not marked done."""
 
 
+class StageBusy(RuntimeError):
+    """A stage this process would wait for is being built by another live process (raised instead of
+    waiting where the store does not wait: a sweep's job, whose driver waits for it instead)."""
+
+    def __init__(self, key: str, lock: Path, holder: str):
+        super().__init__(f"stage {key} is being built by another live process ({holder}; lock {lock}): this job does not wait for it "
+                         "inside its allocation; the sweep's driver waits and runs it again")
+        self.key, self.lock, self.holder = key, str(lock), holder
+
+    def __reduce__(self):  # pickled back to the sweep's driver by submitit
+        return StageBusy, (self.key, Path(self.lock), self.holder)
+
+
 def process_start(pid: int) -> str | None:
     """A process's start time in clock ticks since boot (Linux), telling it from a later process with its pid."""
     try:
@@ -177,6 +210,40 @@ def _process_space() -> dict:
 
 
 FENCE_SIGNAL = signal.SIGUSR1  # sent to the building main thread when its lock was taken over (used only where nothing else handles it)
+
+
+class _Fence:
+    """The main thread's held locks and the FENCE_SIGNAL handler, installed while it holds any (and only
+    where nothing else handles that signal): the handler raises LockLost for a lock that was taken over."""
+
+    def __init__(self):
+        self.held: list = []
+        self.previous = None
+        self.installed = False
+
+    def arm(self, lock) -> None:
+        if not self.held and signal.getsignal(FENCE_SIGNAL) in (signal.SIG_DFL, None):
+            self.previous = signal.signal(FENCE_SIGNAL, self._handler)
+            self.installed = True
+        self.held.append(lock)
+
+    def disarm(self, lock) -> None:
+        if lock in self.held:
+            self.held.remove(lock)
+        if not self.held and self.installed and threading.current_thread() is threading.main_thread():
+            signal.signal(FENCE_SIGNAL, self.previous)
+            self.installed = False
+
+    def holds(self, lock) -> bool:
+        return self.installed and lock in self.held
+
+    def _handler(self, signum, frame) -> None:
+        for lock in list(self.held):
+            if lock.lost:
+                lock.check_held()
+
+
+_FENCED = _Fence()
 
 
 class _FileLock:
@@ -203,14 +270,13 @@ class _FileLock:
 
     clock = staticmethod(time.monotonic)  # the waiter's own clock (tests replace it)
 
-    def __init__(self, path: Path, poll_s: float, stale_after_s: float | None):
-        self.path, self.poll_s = path, poll_s
+    def __init__(self, path: Path, poll_s: float, stale_after_s: float | None, wait: bool = True):
+        self.path, self.poll_s, self.wait = path, poll_s, wait
         self.stale_after_s = STALE_AFTER_S if stale_after_s is None else stale_after_s
         self.token = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
         self._stop: threading.Event | None = None
         self._seen: dict[Path, tuple[tuple, float]] = {}  # path -> (its stat as last seen, when first seen so)
         self._builder: int | None = None
-        self._old_handler = None
         self.lost = False
         self.waited = 0.0  # seconds spent waiting for another holder
 
@@ -224,6 +290,9 @@ class _FileLock:
             except FileExistsError:
                 if self._break_if_stale():
                     continue
+                if not self.wait and self.path.exists():
+                    owner = self._owner()
+                    raise StageBusy(self.path.name.removesuffix(LOCK_SUFFIX), self.path, owner.get("token") or "being written") from None
                 if not waited:
                     log.info("waiting for %s (another process is building this stage)", self.path)
                     waited = True
@@ -254,17 +323,11 @@ class _FileLock:
 
     def _arm_fence(self) -> None:
         self._builder = threading.get_ident()
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(FENCE_SIGNAL) in (signal.SIG_DFL, None):
-            def fenced(signum, frame):
-                if self.lost:
-                    self.check_held()
-
-            self._old_handler = signal.signal(FENCE_SIGNAL, fenced)
+        if threading.current_thread() is threading.main_thread():
+            _FENCED.arm(self)
 
     def _disarm_fence(self) -> None:
-        if self._old_handler is not None:
-            signal.signal(FENCE_SIGNAL, self._old_handler)
-            self._old_handler = None
+        _FENCED.disarm(self)
         self._builder = None
 
     def _fence(self) -> None:
@@ -275,7 +338,7 @@ class _FileLock:
         builder = self._builder
         if builder is None:
             return
-        if self._old_handler is not None:
+        if _FENCED.holds(self):
             signal.pthread_kill(builder, FENCE_SIGNAL)  # wakes a main thread blocked in a system call (waiting on torchrun)
         else:
             import ctypes

@@ -259,6 +259,9 @@ class ExperimentJob:
     # (checks the whole chain in minutes; its stages have keys of their own, and its figures are not the paper's)
     smoke_steps: int | None = None
     phase: JobPhase = JobPhase.row
+    # set by the table's sweeper: this job builds only its own row's stages, fails at once on a stage another live job
+    # builds (the driver waits for it, outside any allocation) and refuses to train another row's model it does not find
+    scheduled: bool = False
 
     def __post_init__(self):
         self.phase = JobPhase.parse(self.phase, "phase")
