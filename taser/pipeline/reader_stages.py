@@ -50,7 +50,7 @@ def reading_reader(run: RowRun) -> Stage | None:
     settings = {"model": reader_model(run), "train": reader_train_key(train, threads=not run.store.planned)}
 
     def build(d: Path) -> None:
-        train_reader_stage(reader_model(run), None, train, str(gold), None, run.match(), d, run.job.progress)
+        train_reader_stage(reader_model(run), None, train, str(gold), None, run.match(), d, run.job.progress, run.processes())
 
     return run.stage("reader: reading comprehension", "reader-reading", settings, {"gold": gold_id}, build)
 
@@ -88,7 +88,7 @@ def trained_reader(run: RowRun, row: RowSpec, seed: int) -> Stage:
     def build(d: Path) -> None:
         init = str(start.dir / "final") if start else None
         train_reader_stage(reader_model(run), init, train, str(gold), str(retrieved.dir / "retrieval.json"), run.match(),
-                           d, run.job.progress)
+                           d, run.job.progress, run.processes())
 
     return run.stage(f"train {row.name}", "reader", settings, inputs, build, owner=row)
 
@@ -115,11 +115,37 @@ def read_stage(run: RowRun, evaluated: Stage, trained: Stage | None = None, name
     return run.stage("read", "read", settings, inputs, job)
 
 
-def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool) -> None:
-    """Train a reader into the stage directory `out` (resumed from its last checkpoint after a kill)."""
+def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool,
+                       processes: int | None = None) -> None:
+    """Train a reader into the stage directory `out` (resumed from its last checkpoint after a kill):
+    on `processes` torchrun ranks (None: one per visible GPU) when several, the stage's `batch_size`
+    questions of a step (its global batch, in its key) split between them, as DPR's DataParallel split
+    its 16 x 24 passages over 8 GPUs: 2 questions each."""
+    from taser.pipeline import process_tree
+    from taser.training.checkpoint import remove_checkpoint
+
+    if processes is None:
+        import torch
+
+        processes = torch.cuda.device_count() if torch.cuda.is_available() else 1
+
+    if processes > 1:
+        if train["batch_size"] % processes:
+            raise ValueError(f"a reader's batch of {train['batch_size']} questions does not split over {processes} processes: give a "
+                             f"multiple of {processes}, or processes=<a divisor of {train['batch_size']}>")
+        spec = {"model": model, "init": init, "train": {**train, "batch_size": train["batch_size"] // processes}, "gold": gold,
+                "retrieval": retrieval, "match": match, "out": str(out), "progress": False}
+        process_tree.run_torchrun("taser.pipeline.reader_train_worker", spec, out / "torchrun-spec.json", processes, "training the reader",
+                     f"the last checkpoint in {out}")
+    else:
+        train_reader_here(model, init, train, gold, retrieval, match, out, progress)
+    remove_checkpoint(out / "checkpoint")  # the resumable state: done with once final/ is written
+
+
+def train_reader_here(model: dict, init: str | None, train: dict, gold: str, retrieval: str | None, match: str, out: Path, progress: bool) -> None:
+    """One process's part of a reader stage (the only one, or a torchrun rank): `train["batch_size"]` per process."""
     from taser.pipeline.reader import train_reader
     from taser.reader.config import ReaderModelSettings, ReaderTrainConfig, TrainReaderJob
-    from taser.training.checkpoint import remove_checkpoint
 
     settings = ReaderModelSettings(init_checkpoint=init, **model) if init else ReaderModelSettings(**model)
     if init:
@@ -127,4 +153,3 @@ def train_reader_stage(model: dict, init: str | None, train: dict, gold: str, re
     job = TrainReaderJob(settings, ReaderTrainConfig(**{**train, "resume": True, "progress": progress}), train_file=retrieval, gold_file=gold,
                          match=match, output_dir=str(out))
     train_reader(job)
-    remove_checkpoint(out / "checkpoint")  # the resumable state: done with once final/ is written

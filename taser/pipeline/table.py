@@ -135,7 +135,9 @@ class ReaderTrainingSpec:
     """How a reader row's reader is trained (DPR's Table 4): an optional reading-comprehension stage on the
     training questions' gold passages (shared by every reader row and seed of the table whose settings
     match), then the open-domain stage on the row's retriever's top passages of the training questions
-    (the gold passage as the positive where the training file knows it), at the row's seed."""
+    (the gold passage as the positive where the training file knows it), at the row's seed. Each stage
+    trains on every GPU of its job (torchrun, one rank each); its `batch_size` is the step's questions
+    in all (its global batch), split between the ranks as DPR's DataParallel split them."""
 
     pretrained: str | None = None  # a BERT-family encoder (None: the shipped MiniLM)
     max_length: int = 256

@@ -9,6 +9,7 @@ padded and masked); the positive comes first.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,3 +76,25 @@ class StepSampler:
             for j, (s, e) in enumerate(found):
                 starts[i, j], ends[i, j], span_mask[i, j] = s, e, True
         return ReaderBatch(ids, mask, present, starts, ends, span_mask)
+
+
+class Prefetcher:
+    """`sampler.batch(step)`, with the next step's batch tokenised in a background thread while the
+    current step trains (the tokenizer releases the GIL): the training thread waits only for what the
+    background one has not finished. Batches depend on (seed, step) alone, so the result is the same."""
+
+    def __init__(self, sampler: StepSampler, total_steps: int):
+        self.sampler, self.total_steps = sampler, total_steps
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reader-batches")
+        self._next: tuple[int, Future] | None = None
+
+    def batch(self, step: int) -> ReaderBatch:
+        if self._next is not None and self._next[0] == step:
+            batch = self._next[1].result()
+        else:
+            batch = self.sampler.batch(step)
+        self._next = (step + 1, self._pool.submit(self.sampler.batch, step + 1)) if step + 1 < self.total_steps else None
+        return batch
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

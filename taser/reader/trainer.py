@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from taser.io import atomic_open
 from taser.progress import progress
-from taser.reader.batches import StepSampler
+from taser.reader.batches import Prefetcher, StepSampler
 from taser.reader.config import ReaderTrainConfig
 from taser.reader.data import TrainingSet
 from taser.reader.loss import reader_loss
@@ -89,6 +89,16 @@ class ReaderTrainer:
         nonfinite = NonFiniteLosses(cfg.max_nonfinite_losses)
         bar = progress(total=self.total_steps, initial=step, desc="train reader", unit="step", enabled=cfg.progress and self.dist.is_main)
         start = window = time.perf_counter()
+        self.batches = Prefetcher(self.sampler, self.total_steps)  # the next step's batch tokenised off the training thread
+        try:
+            step = self._loop(step, trained, params, optimizer, scheduler, scaler, history, pending, times, nonfinite, bar, window)
+        finally:
+            self.batches.close()
+        bar.close()
+        return self._finish(step, time.perf_counter() - start, history, times)
+
+    def _loop(self, step, trained, params, optimizer, scheduler, scaler, history, pending, times, nonfinite, bar, window) -> int:
+        cfg, model = self.cfg, self.model
         while step < self.total_steps:
             t0 = time.perf_counter()
             pending.append(self._step(trained, params, optimizer, scheduler, scaler, step))
@@ -111,8 +121,7 @@ class ReaderTrainer:
             if saves:
                 save_checkpoint(self.out / "checkpoint", model, self.tokenizer, optimizer, scheduler, scaler, step, self.dist.is_main,
                                 extra={"runtime": self.runtime})
-        bar.close()
-        return self._finish(step, time.perf_counter() - start, history, times)
+        return step
 
     def _resume(self, optimizer, scheduler, scaler) -> int:
         ckpt = agreed_checkpoint(self.out / "checkpoint", self.cfg.resume)  # collective: the ranks decide together
@@ -124,7 +133,7 @@ class ReaderTrainer:
         return step
 
     def _step(self, trained, params, optimizer, scheduler, scaler, step: int) -> PendingStep:
-        batch = self.sampler.batch(step).to(self.device)
+        batch = self.batches.batch(step).to(self.device)
         with autocast(self.precision, self.device):
             out = trained(batch.input_ids, batch.attention_mask)
         loss, span, selection, correct = reader_loss(out.start_logits, out.end_logits, out.relevance_logits, batch.attention_mask,
