@@ -26,6 +26,14 @@ from pathlib import Path
 from typing import IO
 
 
+def cache_home() -> Path:
+    """Where taser keeps what it derives from a file once per machine: `$TASER_CACHE`, else
+    `$XDG_CACHE_HOME/taser`, else `~/.cache/taser` (a shared home: once per cluster)."""
+    if os.environ.get("TASER_CACHE"):
+        return Path(os.environ["TASER_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "taser"
+
+
 def file_stamp(path: str | os.PathLike) -> tuple:
     """(real path, size, mtime ns, ctime ns, inode): what tells this version of a file from any
     rewrite of it without reading it, the key of every cache derived from a file. The ctime changes

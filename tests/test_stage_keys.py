@@ -460,3 +460,38 @@ def test_a_file_changed_only_at_its_end_has_another_identity(tmp_path, hash_cach
     again = file_hashes.file_identity(path)
     assert again["size"] == first["size"] and again["sha256"] != first["sha256"]
     assert again["sha256"] == hashlib.sha256(changed).hexdigest()
+
+
+def test_one_offsets_cache_per_passages_file_is_built_once_and_shared(tmp_path, monkeypatch):
+    """Every encoding rank, and every evaluation, mining and reader stage after it, scanned the 13 GB
+    passages file again: now the first process to need it builds the shared cache while the others wait."""
+    import threading
+
+    from taser.data import passage_store
+    from taser.data.passage_store import PassageStore
+
+    monkeypatch.setenv("TASER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(passage_store, "OFFSETS_MIN_BYTES", 0)
+    tsv = tmp_path / "psgs.tsv"
+    tsv.write_text("id\ttext\ttitle\n" + "".join(f"{i}\tpassage {i}\tT{i}\n" for i in range(1, 200)))
+    builds, real_build = [], PassageStore._build
+    monkeypatch.setattr(PassageStore, "_build", lambda self: (builds.append(1), time.sleep(0.2), real_build(self)))
+    barrier, texts = threading.Barrier(4), []
+
+    def rank():
+        barrier.wait()
+        with PassageStore(tsv) as store:
+            texts.append(store["17"].text)
+
+    ranks = [threading.Thread(target=rank) for _ in range(4)]
+    for t in ranks:
+        t.start()
+    for t in ranks:
+        t.join()
+    assert texts == ["passage 17"] * 4 and len(builds) == 1
+    assert [p.name.split(".")[0] for p in (tmp_path / "cache" / "passage-offsets").glob("*.npz")] == ["psgs"]
+    next((tmp_path / "cache" / "passage-offsets").glob("*.npz")).write_bytes(b"")  # a cache cut short: rebuilt, not trusted
+    assert PassageStore(tsv)["17"].text == "passage 17" and len(builds) == 2
+    monkeypatch.setattr(passage_store, "OFFSETS_MIN_BYTES", 1 << 40)  # a small file: scanned, no cache written
+    PassageStore(tsv)
+    assert len(builds) == 3 and len(list((tmp_path / "cache" / "passage-offsets").glob("*.npz"))) == 1

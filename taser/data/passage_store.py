@@ -7,17 +7,24 @@ sorted numpy arrays: canonical decimal ids (DPR's "1" .. "21015324") as int64, a
 fixed-width bytes, looked up by binary search. For DPR's 21M-passage Wikipedia that is about
 0.4 GB (id, offset, length per passage), against tens of GB for a dict of Python strings.
 
-The scan takes minutes on a 21M-passage file; pass `cache=` to keep the arrays in a `.npz`
-file, reused while the TSV's `file_stamp` (path, size, inode, modification and status-change times) is unchanged.
+The scan takes minutes on a 21M-passage file, so the arrays are kept in a `.npz` file, reused while
+the TSV's `file_stamp` (path, size, inode, modification and status-change times) is unchanged: at
+`cache=` when given, else, for a file of OFFSETS_MIN_BYTES or more, in one cache per passages file
+under `taser.io.cache_home()` (`passage-offsets/`), which every process of the machine (of the
+cluster, with a shared home) reads: the ranks of an encoding, and every evaluation, mining and
+reader stage after it, scan the file once between them. The first to need it builds it while the
+others wait on its lock (`flock`; where the file system has none, each builds its own).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
 import os
 import time
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -25,15 +32,41 @@ import numpy as np
 
 from taser.data.errors import DataFormatError
 from taser.data.passages import Passage, check_header, row_to_passage
-from taser.io import atomic_path, file_stamp
+from taser.io import atomic_path, cache_home, file_stamp
 from taser.progress import progress
 
 PROGRESS_ROWS = 10_000  # rows between progress updates of the scan
+OFFSETS_MIN_BYTES = 64 << 20  # smaller files are scanned in seconds: no shared cache
 
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 2
 _CHUNK = 1 << 20  # ids gathered in Python lists at most this many at a time
+
+
+def default_cache(path: Path) -> Path | None:
+    """The shared offsets cache of passages file `path` (None below OFFSETS_MIN_BYTES)."""
+    import hashlib
+    import json
+
+    stamp = file_stamp(path)
+    if stamp[1] < OFFSETS_MIN_BYTES:
+        return None
+    return cache_home() / "passage-offsets" / f"{path.name}.{hashlib.sha1(json.dumps(stamp).encode()).hexdigest()[:16]}.npz"
+
+
+@contextlib.contextmanager
+def _exclusive(cache: Path):
+    """An exclusive lock beside `cache` while it is built (best effort: none where flock is refused)."""
+    import fcntl
+
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_name(cache.name + ".lock"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError as error:
+            log.debug("no lock on %s (%s): building without it", cache, error)
+        yield
 
 
 def _stamp(path: Path) -> np.ndarray:
@@ -79,10 +112,24 @@ class PassageStore:
         self.path = Path(passages_tsv)
         if not self.path.is_file():
             raise FileNotFoundError(f"passages file not found: {self.path}")
-        if not (cache and self._load_cache(Path(cache))):
+        cache = Path(cache) if cache else default_cache(self.path)
+        if cache is None:
             self._build()
-            if cache:
-                self._save_cache(Path(cache))
+        elif not self._load_cache(cache):
+            try:
+                locked = _exclusive(cache)
+                locked.__enter__()
+            except OSError as error:  # an unwritable cache directory: only slower
+                log.warning("passage offsets not cached at %s (%s)", cache, error)
+                locked = None
+            try:
+                if locked is None or not self._load_cache(cache):  # another process may have built it while this one waited
+                    self._build()
+                    if locked is not None:
+                        self._save_cache(cache)
+            finally:
+                if locked is not None:
+                    locked.__exit__(None, None, None)
         self._fd = os.open(self.path, os.O_RDONLY)
         self._file_order: tuple[np.ndarray, np.ndarray] | None = None  # offsets and lengths in file order
 
@@ -138,11 +185,15 @@ class PassageStore:
     def _load_cache(self, cache: Path) -> bool:
         if not cache.is_file():
             return False
-        with np.load(cache, allow_pickle=False) as data:
-            if not np.array_equal(data["stamp"], _stamp(self.path)):
-                log.info("%s is for another version of %s; rebuilding it", cache, self.path)
-                return False
-            self._keys, self._offsets, self._lengths = data["keys"], data["offsets"], data["lengths"]
+        try:
+            with np.load(cache, allow_pickle=False) as data:
+                if not np.array_equal(data["stamp"], _stamp(self.path)):
+                    log.info("%s is for another version of %s; rebuilding it", cache, self.path)
+                    return False
+                self._keys, self._offsets, self._lengths = data["keys"], data["offsets"], data["lengths"]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+            log.warning("%s does not load (%s): rebuilding it", cache, error)
+            return False
         return True
 
     def _save_cache(self, cache: Path) -> None:
