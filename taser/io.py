@@ -104,6 +104,24 @@ def durable(path: str | os.PathLike) -> None:
         _fsync_path(path)
 
 
+def clear_leftovers(directory: str | os.PathLike) -> list[Path]:
+    """Remove what killed writers left in `directory` (at any depth): the temporary files and
+    directories of `atomic_path` / `atomic_dir` (`.<name>.<random>.tmp`, `.old`). Only for a
+    directory no other process writes into (a stage under its lock). The paths removed."""
+    removed = []
+    for root, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            if name.startswith(".") and name.endswith((".tmp", ".old")) and name.count(".") >= 3:
+                path = Path(root) / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+                removed.append(path)
+        dirs[:] = [d for d in dirs if (Path(root) / d).exists()]
+    return removed
+
+
 def _tmp_name(path: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

@@ -134,3 +134,36 @@ def test_a_resume_whose_checkpoints_both_fail_to_load_starts_over(tmp_path, tiny
     steps = []
     run_training(model, files, {**TRAIN, "resume": True}, tmp_path / "run", on_step=lambda step, record: steps.append(step))
     assert steps == [1, 2, 3, 4]
+
+
+def test_a_stage_clears_what_killed_writers_left_before_and_after_its_build(tmp_path):
+    """A kill during an index save left its 60 GB temporary directory, and nothing cleared it."""
+    from taser.pipeline.stages import DONE_FILE, StageStore, stage_key
+
+    store = StageStore(tmp_path, poll_s=0.01)
+    key = stage_key("squad", {"a": 1}, {})
+    left = tmp_path / key / "index" / ".index.faiss.k3j2.tmp"  # a killed first attempt's partial save
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x" * 100)
+    (tmp_path / key / ".checkpoint.a1b2.old").mkdir()
+    seen = []
+
+    def build(d):
+        seen.append(sorted(p.name for p in d.rglob("*")))
+        (d / "index" / "index.faiss").write_bytes(b"the index")
+        (d / ".model.safetensors.zz9.tmp").write_bytes(b"a writer killed during this build")  # e.g. a torchrun rank's
+
+    stage = store.run("squad", {"a": 1}, {}, build)
+    assert seen == [["index", "stage-request.json"]]  # cleared before the build
+    assert sorted(p.relative_to(stage.dir).as_posix() for p in stage.dir.rglob("*")) == sorted([DONE_FILE, "index", "index/index.faiss",
+                                                                                                 "stage-request.json"])
+
+
+def test_an_index_found_whole_clears_the_embeddings_a_kill_left_beside_it(checkpoint, mini_squad, tmp_path):
+    from taser.pipeline.evaluate import dense_index
+
+    index = dense_index(checkpoint, mini_squad / "passages.tsv", tmp_path, precision="fp32", device="cpu")
+    (tmp_path / "embeddings" / "shard_000_of_001").mkdir(parents=True)  # killed after the index's save, before their removal
+    (tmp_path / "embeddings" / "shard_000_of_001" / "chunk_000000.npz").write_bytes(b"vectors")
+    assert dense_index(checkpoint, mini_squad / "passages.tsv", tmp_path, precision="fp32", device="cpu") == index
+    assert not (tmp_path / "embeddings").exists()

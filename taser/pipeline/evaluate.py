@@ -100,6 +100,7 @@ def dense_index(checkpoint, passages_tsv, work_dir, batch_size: int = 64, precis
 
     if (index_dir / "index.json").is_file() and made_here(json.loads((index_dir / "index.json").read_text())):
         log.info("reusing the flat index %s of %s", index_dir, checkpoint)
+        shutil.rmtree(embeddings, ignore_errors=True)  # left by a kill between the index's save and their removal
         return index_dir
     manifest = shard_dir(embeddings, 0, shards) / "manifest.json"
     ours = {shard_dir(embeddings, i, shards).name for i in range(shards)}

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from taser.io import atomic_open
+from taser.io import atomic_open, clear_leftovers
 from taser.pipeline import stage_code
 from taser.pipeline.file_hashes import file_identity
 
@@ -108,7 +108,9 @@ class StageStore:
                 with atomic_open(directory / REQUEST_FILE) as f:
                     json.dump({"key": key, "kind": kind, "settings": settings, "inputs": inputs}, f, indent=2, default=str)
             log.info("stage %s: building in %s", key, directory)
+            self._clear(directory, "before its build")
             build(directory)
+            self._clear(directory, "after its build")
             seconds = time.perf_counter() - start
             lock.check_held()  # a holder whose lock was taken over must not mark the stage done
             with atomic_open(directory / DONE_FILE) as f:
@@ -116,6 +118,13 @@ class StageStore:
                            "commit": code_commit(), "seconds": seconds,
                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f, indent=2, default=str)
         return Stage(key, directory, True, seconds, lock.waited)
+
+    @staticmethod
+    def _clear(directory: Path, when: str) -> None:
+        removed = clear_leftovers(directory)
+        if removed:
+            log.info("removed %d temporary file(s) left by a killed writer in %s (%s): %s", len(removed), directory, when,
+                     ", ".join(p.name for p in removed[:5]))
 
     def _lock(self, key: str):
         return _FileLock(self.root / (key + LOCK_SUFFIX), self.poll_s, self.stale_after_s, wait=self.wait)
