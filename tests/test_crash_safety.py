@@ -167,3 +167,20 @@ def test_an_index_found_whole_clears_the_embeddings_a_kill_left_beside_it(checkp
     (tmp_path / "embeddings" / "shard_000_of_001" / "chunk_000000.npz").write_bytes(b"vectors")
     assert dense_index(checkpoint, mini_squad / "passages.tsv", tmp_path, precision="fp32", device="cpu") == index
     assert not (tmp_path / "embeddings").exists()
+
+
+def test_a_run_on_another_gpu_than_the_first_saves_and_restores_that_gpus_generator(monkeypatch):
+    """A single process on cuda:3 (cuda:0 the current device) saved and restored cuda:0's generator."""
+    from taser.training import checkpoint
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": asked.append(("get", str(device))) or torch.zeros(1))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": asked.append(("set", str(device))))
+
+    from types import SimpleNamespace
+
+    on_gpu3 = SimpleNamespace(parameters=lambda: iter([SimpleNamespace(device=torch.device("cuda", 3))]))
+    state = checkpoint.rng_state(checkpoint._gpu_of(on_gpu3))
+    checkpoint.set_rng_state(state, torch.device("cuda", 3))
+    assert asked == [("get", "cuda:3"), ("set", "cuda:3")]

@@ -114,3 +114,20 @@ def test_a_model_trained_on_two_generations_is_refused_to_the_rows_that_use_it(m
     hybrid = RowRun(_job({**table, "train": {**table["train"], "precision": "auto"}}, "hybrid", tmp_path))
     with pytest.raises(RecipeSplit, match="trained 2 times"):
         hybrid.trained(hybrid.table.rows["dpr"], 1)
+
+
+def test_a_prepare_job_on_a_cpu_node_does_not_warn_of_another_recipe(monkeypatch, table, tmp_path, caplog, no_training):
+    """A prepare job builds the CPU stages only: its one process is not a recipe (it warned of "another recipe than the table's")."""
+    import logging
+
+    from taser.pipeline.stages import PrepareStore
+
+    _machine(monkeypatch, 0, bf16=False)
+    prepare = RowRun(_job(table, "dpr", tmp_path, phase="prepare"), PrepareStore(tmp_path / "stages"))
+    with caplog.at_level(logging.WARNING, logger="taser.pipeline.rows"):
+        prepare.trained(prepare.table.rows["dpr"], 1)
+    assert not [r for r in caplog.records if "another recipe" in r.getMessage()] and no_training == []
+    dpr = RowRun(_job(table, "dpr", tmp_path))  # the row's own job on that node does: it trains on 1 process, not the table's 8
+    with caplog.at_level(logging.WARNING, logger="taser.pipeline.rows"):
+        dpr.trained(dpr.table.rows["dpr"], 1)
+    assert [r for r in caplog.records if "another recipe" in r.getMessage()] and len(no_training) == 1

@@ -215,7 +215,7 @@ class RowRun:
             if found is not None:  # another row's model, trained by its own job on another machine kind
                 log.info("row %s uses %s's model %s (trained as %s)", self.job.row, row.name, found["key"], _machine_parts(found["settings"]["train"]))
                 settings, processes = found["settings"], self.table.processes
-        if planned_here:
+        if planned_here and not isinstance(self.store, PrepareStore):  # a prepare job trains nothing: no recipe to warn about
             self._warn_if_other_batch(row, settings["train"]["global_batch"], processes)
 
         def build(d: Path) -> None:

@@ -27,26 +27,32 @@ STATE_FILE = "trainer_state.pt"
 WEIGHTS_FILE = "model.safetensors"
 
 
-def rng_state() -> dict:
+def _gpu_of(model) -> torch.device | str:
+    """The GPU the run computes on (a single process may run on cuda:k with cuda:0 the current device)."""
+    device = next((p.device for p in model.parameters()), None) if model is not None else None
+    return device if device is not None and device.type == "cuda" else "cuda"
+
+
+def rng_state(device: torch.device | str = "cuda") -> dict:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():  # this rank's own GPU only: another run may see other GPUs, or number them otherwise
-        state["cuda"] = torch.cuda.get_rng_state()
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, device: torch.device | str = "cuda") -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
         if isinstance(cuda, (list, tuple)):  # a checkpoint of an earlier version: every visible GPU's state, by index
-            device = torch.cuda.current_device()
-            if device >= len(cuda):
-                raise ValueError(f"the checkpoint holds random states of {len(cuda)} GPU(s) and this rank runs on cuda:{device}; "
+            index = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+            if index >= len(cuda):
+                raise ValueError(f"the checkpoint holds random states of {len(cuda)} GPU(s) and this rank runs on cuda:{index}; "
                                  "resume under the GPU visibility it was saved with")
-            cuda = cuda[device]
-        torch.cuda.set_rng_state(cuda)
+            cuda = cuda[index]
+        torch.cuda.set_rng_state(cuda, device)
 
 
 def all_ranks(obj) -> list:
@@ -58,7 +64,7 @@ def all_ranks(obj) -> list:
 
 
 def save_checkpoint(directory, model, tokenizer, optimizer, scheduler, scaler, step: int, is_main: bool, extra: dict | None = None) -> None:
-    rngs = all_ranks(rng_state())  # collective: every rank takes part
+    rngs = all_ranks(rng_state(_gpu_of(model)))  # collective: every rank takes part
     if not is_main:
         return
     with atomic_dir(directory, previous=previous_checkpoint(directory)) as tmp:
@@ -87,7 +93,8 @@ def load_training_state(directory, optimizer, scheduler, scaler, rank: int) -> d
     scheduler.load_state_dict(state["scheduler"])
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
-    set_rng_state(rngs[rank])
+    params = [p for group in optimizer.param_groups for p in group["params"]][:1]
+    set_rng_state(rngs[rank], params[0].device if params and params[0].device.type == "cuda" else "cuda")
     return state
 
 
