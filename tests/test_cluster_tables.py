@@ -134,10 +134,16 @@ def test_dpr_nq_documented_command_cancelled_mid_training_then_rerun(cluster, dp
     for lock in stages.glob("*.lock"):
         owner = json.loads(lock.read_text() or "{}")
         assert not owner or not Path(f"/proc/{owner['pid']}").exists(), f"{lock}: its holder still runs"
+    finished = {p: p.stat().st_mtime_ns for p in [*(tmp_path / "sweep").glob("*/seed-*/experiment.json"),
+                                                   *(tmp_path / "sweep").glob("prepare/*/prepare.json")]}
     again = cluster.run(*command, check=False, timeout=1800, cwd=ROOT, env=JOB_ENV)
     assert again.returncode == 0, again.stderr[-4000:] + cluster.logs()
     recs = check_table("dpr_nq", tmp_path)
-    rebuilt = [s["key"] for r in [*recs.values(), *prepared(tmp_path / "sweep")] for s in r["stages"] if s["built"] and s["key"] in before]
+    rerun = [json.loads(p.read_text()) for p in [*(tmp_path / "sweep").glob("*/seed-*/experiment.json"), *(tmp_path / "sweep").glob("prepare/*/prepare.json")]
+             if finished.get(p) != p.stat().st_mtime_ns]  # the jobs the rerun ran (those that had finished are not submitted again)
+    assert len(rerun) < len(recs) + len(prepared(tmp_path / "sweep"))
+    assert (again.stdout + again.stderr).count("found done, not submitted") == len(finished)
+    rebuilt = [s["key"] for r in rerun for s in r["stages"] if s["built"] and s["key"] in before]
     assert rebuilt == []  # what was done before the cancel is found, not built again
     trained = [r for r in recs.values() if r["row"] in ("dpr", "dpr-multi")]
     assert {r["allocation"]["cpus_per_task"] for r in trained} == {"2"}  # the 8-GPU preset's twin: 2 ranks in one job

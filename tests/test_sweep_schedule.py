@@ -143,3 +143,17 @@ def test_a_job_phase_that_does_not_exist_is_refused_naming_the_choices(squad4, t
     with pytest.raises(ValueError, match="phase.*(row|prepare)"):  # built in Python, not through Hydra's schema
         ExperimentJob(table=table, row="dpr", phase="prepared")
     assert ExperimentJob(table=table, row="dpr", phase="prepare").phase.value == "prepare"
+
+
+def test_the_driver_keys_each_job_as_the_job_keys_itself(table_schedule):
+    """A rerun skips a job whose ledger says it finished: the driver must key a prepare job as the prepare
+    job (phase=prepare) its overrides compose to, not as the row's job (it was resubmitted while the row ran)."""
+    from taser.pipeline.job_ledger import job_key
+    from taser.sweeps.check import sweep_jobs
+
+    table, plan = table_schedule
+    prepares = [job for job in plan.jobs if job.prepare]
+    assert prepares
+    for job in prepares[:1] + [j for j in plan.jobs if not j.prepare][:1]:
+        [(_, composed)] = sweep_jobs([f"table={table}", *[o for o in job.overrides if not o.startswith("hydra.")]], "experiment")
+        assert str(composed.phase) == str(job.job.phase) and job_key(composed) == job_key(job.job), job.name

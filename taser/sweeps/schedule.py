@@ -97,6 +97,17 @@ def prepare_overrides(overrides: list[str], row: str) -> list[str]:
     return [*overrides, "phase=prepare", f"hydra.sweep.subdir=prepare/{row}"]
 
 
+def _as_prepare(job):
+    """The typed config of a row's prepare job (what the job itself composes from `phase=prepare`)."""
+    import copy
+
+    from taser.pipeline.table import JobPhase
+
+    prepare = copy.copy(job)
+    prepare.phase = JobPhase.prepare
+    return prepare
+
+
 def schedule(jobs: list[tuple[list[str], object]]) -> Schedule:
     """The waves of a sweep's jobs: [(overrides, typed ExperimentJob)] in the sweep's order."""
     from taser.pipeline.table import RowKind
@@ -112,7 +123,7 @@ def schedule(jobs: list[tuple[list[str], object]]) -> Schedule:
     for p in sorted(gpu_jobs, key=lambda p: -sum(kind in CPU_KINDS for _, kind in p.stages)):  # the widest first: fewer prepare jobs
         cpu = [(key, kind) for key, kind in p.stages if kind in CPU_KINDS]
         if any(key not in covered for key, _ in cpu):
-            prepares.append(PlannedJob(prepare_overrides(p.overrides, p.job.row), p.job, cpu, {}, prepare=True, klass="cpu"))
+            prepares.append(PlannedJob(prepare_overrides(p.overrides, p.job.row), _as_prepare(p.job), cpu, {}, prepare=True, klass="cpu"))
             covered.update(key for key, _ in cpu)
     ordered = prepares + planned  # prepare jobs first: they build the CPU stages the others share
     for p in cpu_rows:
