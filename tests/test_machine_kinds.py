@@ -131,3 +131,25 @@ def test_a_prepare_job_on_a_cpu_node_does_not_warn_of_another_recipe(monkeypatch
     with caplog.at_level(logging.WARNING, logger="taser.pipeline.rows"):
         dpr.trained(dpr.table.rows["dpr"], 1)
     assert [r for r in caplog.records if "another recipe" in r.getMessage()] and len(no_training) == 1
+
+
+def test_a_model_of_the_same_recipe_on_other_training_data_is_not_taken(monkeypatch, table, tmp_path, no_training):
+    _machine(monkeypatch, 8, bf16=True)
+    dpr = RowRun(_job(table, "dpr", tmp_path), StageStore(tmp_path / "scratch"))
+    files, ids = dpr.train_files(dpr.table.rows["dpr"], 1)
+    model, train = dpr.model_settings(dpr.table.rows["dpr"]), dpr.train_settings(dpr.table.rows["dpr"], 1)
+    from taser.pipeline.stage_settings import model_key, train_key
+
+    settings = {"model": model_key(model), "train": train_key(train, model_key(model), 8, threads=False)}
+    other = {"train_files": [{"size": 1, "sha256": "0" * 64}]}  # another training file
+    stage = tmp_path / "stages" / stage_key("train", settings, other)
+    stage.mkdir(parents=True)
+    (stage / DONE_FILE).write_text(json.dumps({"kind": "train", "settings": settings, "inputs": other}, default=str))
+    _machine(monkeypatch, 1, bf16=False)
+    hybrid = RowRun(_job(table, "hybrid", tmp_path, scheduled=True))
+    with pytest.raises(StageNotPlanned):
+        hybrid.trained(hybrid.table.rows["dpr"], 1)
+    alone = RowRun(_job(table, "hybrid", tmp_path))  # run by hand: it trains dpr's model itself, as this machine trains it
+    built = alone.trained(alone.table.rows["dpr"], 1)
+    assert built.built and len(no_training) == 1 and built.dir.name != stage.name
+    assert json.loads((built.dir / DONE_FILE).read_text())["settings"]["train"]["precision"] == "fp16"

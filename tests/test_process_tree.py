@@ -116,3 +116,32 @@ def test_a_failed_torchrun_raises_naming_what_failed_and_where_a_rerun_continues
     with pytest.raises(RuntimeError, match=r"encoding under torchrun failed \(exit 1\).*continue from the shards in"):
         run_torchrun("taser.no_such_module", {"x": 1}, tmp_path / "spec.json", 1, "encoding", "the shards in x")
     assert (tmp_path / "spec.json").is_file()  # kept for the rerun's ranks to read again
+
+
+ORPHANING_AGENT = """
+import subprocess, sys
+RANK = ("import os, sys, time\\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\\n"
+        "while True: time.sleep(0.05)")
+subprocess.Popen([sys.executable, "-c", RANK, sys.argv[1]], start_new_session=True)
+while True:
+    import os, time
+    if os.path.exists(sys.argv[1]) and open(sys.argv[1]).read():
+        break
+    time.sleep(0.02)
+"""
+
+
+def test_a_rank_its_agent_left_behind_ends_with_the_command(tmp_path):
+    """An agent that exits (or crashes) leaves its ranks re-parented, out of its tree: the guard adopts
+    them and stops them when the command ends, so none outlives the stage."""
+    rank_pid = tmp_path / "rank.pid"
+    assert run_tree([sys.executable, "-c", ORPHANING_AGENT, str(rank_pid)], grace_s=5) == 0
+    rank = int(rank_pid.read_text())
+    deadline = time.time() + 10
+    while _alive(rank) and time.time() < deadline:
+        time.sleep(0.05)
+    alive = _alive(rank)
+    if alive:
+        os.kill(rank, signal.SIGKILL)
+    assert not alive, "the orphaned rank outlived its command"

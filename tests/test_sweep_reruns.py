@@ -77,7 +77,10 @@ def test_a_job_run_twice_at_once_is_refused_and_the_driver_waits_for_the_first(s
     with pytest.raises(job_ledger.JobBusy, match="already running"), job_ledger.running(job):
         pytest.fail("ran beside the live one")
     began = time.perf_counter()
-    job_ledger.wait_while_running(job, poll_s=0.05)
+    waiter = threading.Thread(target=job_ledger.wait_while_running, args=(job, 0.05), daemon=True)
+    waiter.start()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive(), "the driver still waits for a job whose process has ended"
     holder.wait()
     assert time.perf_counter() - began > 0.5 and not lock.exists()  # waited for it; then its dead holder's lock was cleared
 
