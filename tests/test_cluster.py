@@ -7,7 +7,8 @@ after `make test`); skipped with the reason where SLURM is not installed.
   each job's allocation and queue wait recorded, no job waiting on a lock in its allocation;
 - a job of several tasks (submitit's tasks_per_node=2) refused before any stage starts, where it
   used to deadlock;
-- `srun -n 2 scripts/encode_passages.py`: one shard per task, where every task encoded everything.
+- `srun -n 2 scripts/encode_passages.py`: one shard per task, where every task encoded everything;
+- the same sweep run again submits no job.
 """
 
 import json
@@ -62,6 +63,14 @@ def test_a_table_sweep_runs_as_slurm_jobs_in_waves_to_the_report(cluster, squad4
     starts = {key: r["allocation"]["started"] for key, r in recs.items()}
     assert starts[("hybrid", 1)] >= max(starts[("dpr", 1)], starts[("dpr", 2)]) >= prepare["allocation"]["started"]
     assert "hybrid BM25 + dpr" in report_of(sweep, tmp_path)
+    # the same command again: every job is found finished, none is submitted (before: all queued again for whole
+    # allocations, only to find their stages done)
+    submitted = {p.name for p in (sweep / ".submitit").iterdir() if p.is_dir()}
+    again = experiment(cluster, "-m", *tiny(squad4, tiny_pretrained, tmp_path / "stages"), "row=bm25,dpr,hybrid", "seed=1,2",
+                       f"hydra.sweep.dir={sweep}", *SLURM_CPU, *CLASSES)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert {p.name for p in (sweep / ".submitit").iterdir() if p.is_dir()} == submitted
+    assert (again.stdout + again.stderr).count("found done, not submitted") == len(recs) + 1  # the rows' jobs and the prepare job
 
 
 def test_a_job_of_several_tasks_is_refused_before_any_stage(cluster, squad4, tiny_pretrained, tmp_path):  # noqa: F811

@@ -153,3 +153,36 @@ def test_a_model_of_the_same_recipe_on_other_training_data_is_not_taken(monkeypa
     built = alone.trained(alone.table.rows["dpr"], 1)
     assert built.built and len(no_training) == 1 and built.dir.name != stage.name
     assert json.loads((built.dir / DONE_FILE).read_text())["settings"]["train"]["precision"] == "fp16"
+
+
+def test_a_hybrid_on_a_v100_finds_the_index_its_row_encoded_on_a100s(monkeypatch, table, tmp_path, no_training):
+    """dpr's job encodes its index in the precision its GPUs resolve (bf16): the hybrid's 1-GPU job on a V100
+    (fp16) must use it, not encode 21M passages again; scheduled and finding none, it refuses."""
+    class MarkIndexDone(MarkDone):
+        def run(self, kind, settings, inputs, build):
+            if kind == "dense-index":
+                d = self.dir(stage_key(kind, settings, inputs))
+                d.mkdir(parents=True, exist_ok=True)
+                (d / DONE_FILE).write_text(json.dumps({"kind": kind, "settings": settings, "inputs": inputs}, default=str))
+            return super().run(kind, settings, inputs, build)
+
+    _machine(monkeypatch, 8, bf16=True)
+    dpr = RowRun(_job(table, "dpr", tmp_path), MarkIndexDone(tmp_path / "stages"))
+    index = dpr.dense_index(dpr.table.rows["dpr"], 1)
+    _machine(monkeypatch, 1, bf16=False)
+    hybrid = RowRun(_job(table, "hybrid", tmp_path, scheduled=True))
+    found = hybrid.dense_index(hybrid.table.rows["dpr"], 1)
+    assert (found.key, found.built) == (index.key, False) and no_training == []
+    record = json.loads((index.dir / DONE_FILE).read_text())
+    twin_settings = {**record["settings"], "precision": "fp32"}  # the same index encoded a second time, in another precision
+    twin = index.dir.parent / stage_key("dense-index", twin_settings, record["inputs"])
+    twin.mkdir()
+    (twin / DONE_FILE).write_text(json.dumps({**record, "settings": twin_settings}))
+    split = RowRun(_job(table, "hybrid", tmp_path, scheduled=True))
+    with pytest.raises(RecipeSplit, match="encoded 2 times"):
+        split.dense_index(split.table.rows["dpr"], 1)
+    (twin / DONE_FILE).unlink()
+    (index.dir / DONE_FILE).unlink()
+    hybrid = RowRun(_job(table, "hybrid", tmp_path, scheduled=True))
+    with pytest.raises(StageNotPlanned, match="row dpr's index at seed 1 is not in the store"):
+        hybrid.dense_index(hybrid.table.rows["dpr"], 1)

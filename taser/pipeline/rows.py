@@ -297,9 +297,28 @@ class RowRun:
         ev, data = self.table.evaluate, self.data()
         model, checkpoint = self.checkpoint(row, seed)
         settings = {"precision": vectors_precision("torch", ev.precision, pick_device(ev.device)), "backend": "torch"}
-        return self.stage(f"index {row.name}", "dense-index", settings, {"checkpoint": model.key, "passages": data["ids"]["passages"]},
-                         lambda d: dense_index(checkpoint, data["passages"], d, min(ev.batch_size, 64), ev.precision, ev.device,
-                                               chunk_size=ev.chunk_size, shards=self.processes()), owner=row)  # every GPU of the job
+        inputs = {"checkpoint": model.key, "passages": data["ids"]["passages"]}
+        own = row is self.table.row(self.job.row)
+        if not own and not self.store.planned and not self.store.done(stage_key("dense-index", settings, inputs)):
+            # another row's index, encoded by its own job in the precision its GPUs resolved: found whatever that was
+            same = [r for r in self.store.records_of("dense-index") if r["done"] and r.get("settings", {}).get("backend") == settings["backend"]
+                    and stage_key("dense-index", r["settings"], inputs) == r["key"]]
+            if len(same) > 1:
+                raise RecipeSplit(f"row {row.name}'s index at seed {seed} was encoded {len(same)} times, in different precisions: "
+                                  + "; ".join(f"{r['key']} ({r['settings']['precision']})" for r in same) + f": keep one (remove the others "
+                                  f"from {self.store.root}), or pin table.evaluate.precision")
+            if same:
+                log.info("row %s uses %s's index %s (encoded in %s)", self.job.row, row.name, same[0]["key"], same[0]["settings"]["precision"])
+                settings = same[0]["settings"]
+
+        def build(d: Path) -> None:
+            if not own and self.job.scheduled:  # the sweep planned this index in its own row's job
+                raise StageNotPlanned(f"row {row.name}'s index at seed {seed} is not in the store {self.store.root}: its own job builds it, "
+                                      f"and this job ({self.job.row}) was not planned to; rerun the sweep")
+            dense_index(checkpoint, data["passages"], d, min(ev.batch_size, 64), ev.precision, ev.device, chunk_size=ev.chunk_size,
+                        shards=self.processes())  # every GPU of the job
+
+        return self.stage(f"index {row.name}", "dense-index", settings, inputs, build, owner=row)
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, row: RowSpec, seed: int) -> Stage:
