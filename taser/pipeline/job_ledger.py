@@ -92,17 +92,19 @@ def running(job) -> Iterator[None]:
 
 def wait_for_lock(path: str | Path, poll_s: float = 10.0, stale_after_s: float | None = None, what: str = "") -> None:
     """Wait (in the driver) until a lock is released, or judged stale from this process's own observations
-    (then it is taken away, so that the job submitted next does not wait for it)."""
+    (then it is taken away, so that the job submitted next does not wait for it); looked at after 0.1 s,
+    then twice as long each time, up to every `poll_s`."""
     path = Path(path)
     observer = _FileLock(path, poll_s, stale_after_s)
-    start, told = time.monotonic(), False
+    start, told, look = time.monotonic(), False, 0
     while path.exists():
         if observer._break_if_stale():
             return
         if not told:
             log.info("waiting for %s (held by %s)%s", path, observer._owner().get("token") or "?", f": {what}" if what else "")
             told = True
-        time.sleep(poll_s)
+        time.sleep(min(poll_s, 0.1 * 2**look))  # a stage of seconds is not waited for 10 s; a long one is looked at every poll_s
+        look += 1
     if told:
         log.info("%s released after %.0f s", path, time.monotonic() - start)
 
