@@ -9,7 +9,8 @@ import torch
 
 import taser.pipeline.train as train_module
 import taser.runtime as runtime
-from taser.pipeline.rows import RecipeSplit, RowRun, StageNotPlanned
+from taser.pipeline.machine_kinds import RecipeSplit, StageNotPlanned
+from taser.pipeline.rows import RowRun
 from taser.pipeline.stages import DONE_FILE, StageStore, stage_key
 from taser.pipeline.table import ExperimentJob
 

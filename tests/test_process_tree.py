@@ -40,24 +40,33 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _started(pid_file) -> None:
+    deadline = time.time() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.time() < deadline, "the rank never started"
+        time.sleep(0.05)
+
+
+def _ends(pid: int, within_s: float = 10.0) -> bool:
+    """Whether `pid` ends within `within_s` (if not, it is killed here, and False)."""
+    deadline = time.time() + within_s
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
 def test_a_terminated_job_stops_the_ranks_in_their_own_sessions(tmp_path):
     rank_pid = tmp_path / "rank.pid"
     job = subprocess.Popen([sys.executable, "-c", JOB, AGENT, str(rank_pid)])
-    deadline = time.time() + 60
-    while not rank_pid.is_file() or not rank_pid.read_text():
-        assert time.time() < deadline, "the rank never started"
-        time.sleep(0.05)
+    _started(rank_pid)
     rank = int(rank_pid.read_text())
     assert rank in descendants(job.pid)
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=60) == 128 + signal.SIGTERM
-    deadline = time.time() + 10
-    while _alive(rank) and time.time() < deadline:
-        time.sleep(0.05)
-    alive = _alive(rank)
-    if alive:
-        os.kill(rank, signal.SIGKILL)
-    assert not alive, "the rank outlived its job"
+    assert _ends(rank), "the rank outlived its job"
     assert (tmp_path / "rank.pid.term").is_file()  # asked to stop (SIGTERM) before any SIGKILL
 
 
@@ -78,20 +87,11 @@ def test_a_job_killed_outright_takes_its_ranks_with_it(tmp_path):
     ranks, in sessions of their own, kept training into a stage whose lock was then free."""
     rank_pid = tmp_path / "rank.pid"
     job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, AGENT, str(rank_pid)])
-    deadline = time.time() + 60
-    while not rank_pid.is_file() or not rank_pid.read_text():
-        assert time.time() < deadline, "the rank never started"
-        time.sleep(0.05)
+    _started(rank_pid)
     rank = int(rank_pid.read_text())
     job.send_signal(signal.SIGKILL)
     job.wait(timeout=60)
-    deadline = time.time() + 10
-    while _alive(rank) and time.time() < deadline:
-        time.sleep(0.05)
-    alive = _alive(rank)
-    if alive:
-        os.kill(rank, signal.SIGKILL)
-    assert not alive, "the rank outlived its job"
+    assert _ends(rank), "the rank outlived its job"
     assert (tmp_path / "rank.pid.term").is_file()  # asked to stop (SIGTERM) first
 
 
@@ -138,10 +138,4 @@ def test_a_rank_its_agent_left_behind_ends_with_the_command(tmp_path):
     rank_pid = tmp_path / "rank.pid"
     assert run_tree([sys.executable, "-c", ORPHANING_AGENT, str(rank_pid)], grace_s=5) == 0
     rank = int(rank_pid.read_text())
-    deadline = time.time() + 10
-    while _alive(rank) and time.time() < deadline:
-        time.sleep(0.05)
-    alive = _alive(rank)
-    if alive:
-        os.kill(rank, signal.SIGKILL)
-    assert not alive, "the orphaned rank outlived its command"
+    assert _ends(rank), "the orphaned rank outlived its command"

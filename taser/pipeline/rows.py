@@ -23,6 +23,7 @@ from taser.evaluation.per_query import PER_QUERY_FILE
 from taser.evaluation.runs import RESULTS_FILE
 from taser.io import atomic_open, atomic_path
 from taser.pipeline.allocation import allocation
+from taser.pipeline.machine_kinds import RecipeSplit, StageNotPlanned, at_most_one, found_elsewhere, machine_parts, training_recipe
 from taser.pipeline.process_tree import run_torchrun
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity, stage_key
@@ -213,7 +214,7 @@ class RowRun:
         if not self.store.planned and not self.store.done(stage_key("train", settings, inputs)):
             found = self._same_recipe_elsewhere(row, seed, settings, inputs, own)
             if found is not None:  # another row's model, trained by its own job on another machine kind
-                log.info("row %s uses %s's model %s (trained as %s)", self.job.row, row.name, found["key"], _machine_parts(found["settings"]["train"]))
+                log.info("row %s uses %s's model %s (trained as %s)", self.job.row, row.name, found["key"], machine_parts(found["settings"]["train"]))
                 settings, processes = found["settings"], self.table.processes
         if planned_here and not isinstance(self.store, PrepareStore):  # a prepare job trains nothing: no recipe to warn about
             self._warn_if_other_batch(row, settings["train"]["global_batch"], processes)
@@ -242,18 +243,16 @@ class RowRun:
         from taser.training.config import TrainConfig
 
         auto = str(TrainConfig.from_value(self.train_settings(row, seed)).precision) == "auto"
-        same = [r for r in self.store.records_of("train") if _recipe(r.get("settings", {}), own) == _recipe(settings, own)
-                and stage_key("train", r["settings"], inputs) == r["key"]]  # the same inputs (they are in the key)
+        ours = training_recipe(settings, batch=own)
+        same = found_elsewhere(self.store, "train", inputs, lambda theirs: training_recipe(theirs, batch=own) == ours, done_only=False)
         if not own:
-            done = [r for r in same if r["done"] and r["settings"]["train"]["global_batch"] == self.table.global_batch(row)]
-            if len(done) > 1:
-                raise RecipeSplit(f"row {row.name}'s model at seed {seed} was trained {len(done)} times, on different machine kinds: "
-                                  + "; ".join(f"{r['key']} ({_machine_parts(r['settings']['train'])})" for r in done)
-                                  + f": keep one (remove the others from {self.store.root}), or pin table.train.precision")
-            return done[0] if done else None
+            batch = self.table.global_batch(row)
+            return at_most_one([r for r in same if r["done"] and r["settings"]["train"]["global_batch"] == batch],
+                               f"row {row.name}'s model at seed {seed} was trained", lambda r: machine_parts(r["settings"]["train"]),
+                               self.store, "table.train.precision")
         if auto and same:
-            raise RecipeSplit(f"row {row.name} at seed {seed} would train as {_machine_parts(settings['train'])} on this machine, and the store "
-                              f"already holds this recipe as " + "; ".join(f"{r['key']} ({_machine_parts(r['settings']['train'])}, "
+            raise RecipeSplit(f"row {row.name} at seed {seed} would train as {machine_parts(settings['train'])} on this machine, and the store "
+                              f"already holds this recipe as " + "; ".join(f"{r['key']} ({machine_parts(r['settings']['train'])}, "
                                                                           f"{'done' if r['done'] else 'started'})" for r in same)
                               + ": precision auto resolves per GPU generation. Run this job where that one ran, or pin "
                               "table.train.precision (its stages then have keys of their own)")
@@ -301,15 +300,13 @@ class RowRun:
         own = row is self.table.row(self.job.row)
         if not own and not self.store.planned and not self.store.done(stage_key("dense-index", settings, inputs)):
             # another row's index, encoded by its own job in the precision its GPUs resolved: found whatever that was
-            same = [r for r in self.store.records_of("dense-index") if r["done"] and r.get("settings", {}).get("backend") == settings["backend"]
-                    and stage_key("dense-index", r["settings"], inputs) == r["key"]]
-            if len(same) > 1:
-                raise RecipeSplit(f"row {row.name}'s index at seed {seed} was encoded {len(same)} times, in different precisions: "
-                                  + "; ".join(f"{r['key']} ({r['settings']['precision']})" for r in same) + f": keep one (remove the others "
-                                  f"from {self.store.root}), or pin table.evaluate.precision")
+            backend = settings["backend"]
+            same = at_most_one(found_elsewhere(self.store, "dense-index", inputs, lambda theirs: theirs.get("backend") == backend),
+                               f"row {row.name}'s index at seed {seed} was encoded", lambda r: r["settings"]["precision"], self.store,
+                               "table.evaluate.precision")
             if same:
-                log.info("row %s uses %s's index %s (encoded in %s)", self.job.row, row.name, same[0]["key"], same[0]["settings"]["precision"])
-                settings = same[0]["settings"]
+                log.info("row %s uses %s's index %s (encoded in %s)", self.job.row, row.name, same["key"], same["settings"]["precision"])
+                settings = same["settings"]
 
         def build(d: Path) -> None:
             if not own and self.job.scheduled:  # the sweep planned this index in its own row's job
@@ -389,27 +386,6 @@ def _publish(stage_dir: Path, out: Path, reference: dict | None = None, row_seed
         results["reader_seed"], results["seed"] = results.get("seed"), row_seed
     with atomic_open(out / RESULTS_FILE) as f:
         json.dump(results, f, indent=2)
-
-
-MACHINE_PARTS = ("precision", "cpu_threads")  # the parts of a training key that the machine resolves (precision auto, threads)
-
-
-def _recipe(settings: dict, batch: bool = True) -> dict:
-    """A training key's settings without the parts the machine resolves (and, with batch=False, the global batch)."""
-    left_out = MACHINE_PARTS if batch else (*MACHINE_PARTS, "global_batch")
-    return {**settings, "train": {k: v for k, v in settings.get("train", {}).items() if k not in left_out}}
-
-
-def _machine_parts(train: dict) -> str:
-    return ", ".join(f"{k} {train[k]}" for k in ("global_batch", *MACHINE_PARTS) if k in train)
-
-
-class StageNotPlanned(RuntimeError):
-    """A sweep's job asked for another row's model that is not in the store: it does not train it."""
-
-
-class RecipeSplit(RuntimeError):
-    """One training recipe would be (or was) trained under two machine-resolved keys (GPU generations)."""
 
 
 class SeveralTasks(RuntimeError):
