@@ -19,8 +19,10 @@ $(VENV)/.torch: $(VENV)/.created
 	touch $@
 
 # constraints.txt: the versions the tests last passed with (a new transformers release once broke CI overnight).
+# (The distribution was named `taser` before it had a wheel: a .venv from then holds that editable install too; it goes.)
 $(VENV)/.installed: $(VENV)/.torch pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e '.[dev,bm25,fast,openvino]'
+	$(PIP) uninstall --quiet --yes taser 2>/dev/null || true
 	touch $@
 
 # After a deliberate upgrade inside .venv has passed make test: record the tested set.
@@ -30,6 +32,14 @@ lock: $(VENV)/.installed
 	mv constraints.txt.new constraints.txt
 
 install: $(VENV)/.installed
+
+# The wheel of a release (dist/), what `pip install taser-retrieval` installs (README, "Installing
+# without a clone"); build/ goes first, as a stale one would put removed modules into the wheel.
+.PHONY: wheel
+wheel: $(VENV)/.installed
+	rm -rf build dist/taser_retrieval-*
+	$(PIP) wheel --no-deps --quiet -w dist .
+	$(PY) tools/wheel_contents.py dist/taser_retrieval-*.whl
 
 demo: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py
@@ -53,7 +63,7 @@ docs-serve: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not openvino and not isolated" -n auto --dist worksteal
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not package and not openvino and not isolated" -n auto --dist worksteal
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m openvino -n auto --dist worksteal
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m isolated -p no:xdist
 
@@ -62,8 +72,10 @@ test: $(VENV)/.installed
 # One worker per test file (a SLURM file's cluster is a module fixture; the chaos test's halves are two files). The
 # jobs mostly wait on SLURM and on each other, so 4 workers fit on 2 cores. (pytest-xdist 3.8's loadgroup does not
 # group under pytest 9.2: it renames a node id pytest no longer reads.)
+# Also the installed package (tests/test_wheel.py, marker `package`): the wheel built, installed into a fresh environment
+# outside the checkout and used from an empty directory; its install takes minutes, so it runs here, beside the cluster.
 test-cluster: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m cluster -n 4 --dist loadfile
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m "cluster or package" -n 4 --dist loadfile
 
 # Mutation testing of one library module (slow, not in CI): make mutants MODULE=taser/pipeline/stages.py [TESTS="tests/a.py tests/b.py"]
 # Prints the score and each surviving mutant; records the score in benchmarks/mutants/results.md (tools/mutants.py).

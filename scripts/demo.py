@@ -1,17 +1,9 @@
-"""`make demo`: the whole chain on the shipped SQuAD data and model; writes outputs/demo/results.md."""
+"""`python scripts/demo.py ...` from a clone: the command `taser-demo` (`python -m taser.demo`), whose
+module `taser/demo.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.demo import run_demo
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="demo", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    print(run_demo(typed(cfg)))
-
+from taser.demo import main
 
 if __name__ == "__main__":
     main()

@@ -1,24 +1,9 @@
-"""Encode a passages TSV with a checkpoint's passage encoder, one contiguous shard per call.
-
-`python scripts/encode_passages.py checkpoint=outputs/train/dpr/final shard_id=0 num_shards=50`
-`torchrun --nproc_per_node=8 scripts/encode_passages.py checkpoint=...`  (one shard per rank)
-Re-running a killed command continues from its last complete chunk.
-"""
+"""`python scripts/encode_passages.py ...` from a clone: the command `taser-encode-passages` (`python -m taser.encode_passages`), whose
+module `taser/encode_passages.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.encode import encode_corpus
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="encode_passages", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    job = typed(cfg)
-    encode_corpus(job.checkpoint, job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size,
-                  job.device, dtype=job.dtype, offsets_cache=job.offsets_cache, backend=job.backend)
-
+from taser.encode_passages import main
 
 if __name__ == "__main__":
     main()

@@ -1,30 +1,9 @@
-"""Retrieve and evaluate: top-1/5/20/100 accuracy on a QA file (task=qa, the default), BEIR's
-nDCG@10 / Recall@100 / MRR@10 on a BEIR dataset directory (task=beir), or top-k accuracy per
-relation and its macro average on EntityQuestions (task=entity_questions).
-
-`python scripts/evaluate.py checkpoint=outputs/train/dpr/final index=outputs/train/dpr/index [search.ef_search=512]`
-`python scripts/evaluate.py retriever=bm25 bm25.backend=pyserini`
-`python scripts/evaluate.py retriever=hybrid checkpoint=... index=... hybrid.dense_weight=1.1`
-`python scripts/evaluate.py task=beir beir.dir=beir/scifact checkpoint=... out_dir=outputs/eval/scifact/dense`
-`python scripts/evaluate.py task=entity_questions entity_questions.dir=EntityQuestions/dataset/test data=nq retriever=bm25`
-`python scripts/evaluate.py data=nq_hub retriever=bm25` (a hub question set over a hub corpus, through `datasets`)
-`python scripts/evaluate.py task=beir beir.hub=BeIR/scifact retriever=bm25`
-"""
+"""`python scripts/evaluate.py ...` from a clone: the command `taser-evaluate` (`python -m taser.evaluate`), whose
+module `taser/evaluate.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.evaluate_task import run_evaluation
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    job = typed(cfg)
-    results = run_evaluation(job)
-    print(results["summary"])
-
+from taser.evaluate import main
 
 if __name__ == "__main__":
     main()

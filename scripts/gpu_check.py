@@ -1,32 +1,9 @@
-"""`make gpu-check`: train DPR and TASER a few steps at two sizes on this machine's GPU (then on all
-of its GPUs under torchrun), check the loss against the CPU in fp32, measure training and encoding
-speed; writes outputs/gpu_check/results.md and results.json. Exits 1 on any failure.
-
-Dry run on a CPU: python scripts/gpu_check.py scale=dry_run
-"""
-
-import sys
+"""`python scripts/gpu_check.py ...` from a clone: the command `taser-gpu-check` (`python -m taser.gpu_check`), whose
+module `taser/gpu_check/__main__.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.gpu_check import GpuCheckFailed, run_gpu_check
-from taser.gpu_check.job import register_schema
-
-register_schema()
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="gpu_check", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    try:
-        results = run_gpu_check(typed(cfg))
-    except GpuCheckFailed as e:
-        print(e, file=sys.stderr)
-        sys.exit(1)
-    print(f"GPU check passed: {cfg.out_dir}/results.md ({results['machine']}, {results['precision']})")
-
+from taser.gpu_check.__main__ import main
 
 if __name__ == "__main__":
     main()

@@ -1,31 +1,9 @@
-"""Mine hard negatives (and distant-supervision positives) with BM25 or a dense model.
-
-`python scripts/mine_negatives.py` (BM25 over the SQuAD benchmark's training questions)
-`python scripts/mine_negatives.py retriever=dense checkpoint=outputs/train/dpr/final index=outputs/train/dpr/index`
-`python scripts/mine_negatives.py distant_positives=true` (positives from BM25's best answer-bearing passage, DPR's Table 5)
-"""
-
-import json
+"""`python scripts/mine_negatives.py ...` from a clone: the command `taser-mine-negatives` (`python -m taser.mine_negatives`), whose
+module `taser/mine_negatives.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.mine import mine_negatives
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="mine_negatives", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    job = typed(cfg)
-    summary = mine_negatives(
-        job.input, job.passages, job.output, retriever=job.retriever, top_n=job.top_n,
-        num_hard_negatives=job.num_hard_negatives, match=job.match, bm25=job.bm25, checkpoint=job.checkpoint,
-        index=job.index, batch_size=job.batch_size, precision=job.precision, backend=job.backend, device=job.device,
-        block_size=job.block_size, offsets_cache=job.offsets_cache, progress=job.progress, distant_positives=job.distant_positives,
-    )
-    print(json.dumps(summary, indent=2))
-
+from taser.mine_negatives import main
 
 if __name__ == "__main__":
     main()

@@ -1,24 +1,9 @@
-"""Convert SQuAD JSON into DPR's formats (passages TSV, QA TSVs, bi-encoder JSON), split by article.
-
-`python scripts/prepare_squad.py out_dir=outputs/data/squad`
-"""
-
-import json
+"""`python scripts/prepare_squad.py ...` from a clone: the command `taser-prepare-squad` (`python -m taser.prepare_squad`), whose
+module `taser/prepare_squad.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.data.squad import convert_squad
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    job = typed(cfg)
-    summary = convert_squad(job.squad_json, job.out_dir, job.train_articles, job.words_per_passage, job.random_negatives, job.seed)
-    print(json.dumps(summary, indent=2))
-
+from taser.prepare_squad import main
 
 if __name__ == "__main__":
     main()

@@ -1,25 +1,9 @@
-"""Answer the questions of a retrieval JSON with a trained reader: predictions.json and
-results.json (EM / F1 at each k passages read) in out_dir.
-
-python scripts/read.py checkpoint=outputs/reader/final retrieval=outputs/eval/bm25/retrieval.json out_dir=outputs/read/bm25 ks=[1,5,20]
-"""
+"""`python scripts/read.py ...` from a clone: the command `taser-read` (`python -m taser.read`), whose
+module `taser/read.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.pipeline.reader import format_scores, read
-from taser.reader.config import register_schemas
-
-register_schemas()
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="read", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    results = read(typed(cfg))
-    print(f"{results['questions']} questions: {format_scores(results)}")
-
+from taser.read import main
 
 if __name__ == "__main__":
     main()

@@ -1,28 +1,9 @@
-"""Collect the results.json of any set of evaluation runs into one report: a paper-style markdown
-table (systems x datasets, with parameter counts; several seeds of a system: mean ± std and n;
-95% bootstrap intervals over questions; with baseline=..., paired significance marks, Holm-corrected)
-and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Reader runs
-(`scripts/read.py`) add EM@k columns beside their retriever's top-k.
-
-`python scripts/report.py 'runs=[outputs/eval]' out_dir=outputs/report`
-`python scripts/report.py 'runs=[outputs/eval]' "baseline='dpr (model=dpr/final)'"`  (quoted for the shell and for Hydra)
-`python scripts/report.py 'runs=[outputs/experiments/squad_cpu]' baseline=dpr 'inspect=["taser T=2"]' inspect_k=5`  (an HTML page per system)
-"""
+"""`python scripts/report.py ...` from a clone: the command `taser-report` (`python -m taser.report`), whose
+module `taser/report.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.evaluation.report import read_runs, write_report
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="report", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    job = typed(cfg)
-    report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title, job.stats_settings(), job.inspect, job.inspect_k)
-    print(report["markdown"])
-
+from taser.report import main
 
 if __name__ == "__main__":
     main()

@@ -1,22 +1,9 @@
-"""Train a bi-encoder. `python scripts/train.py model=taser data=squad train.max_steps=100`
-
-Distributed: `torchrun --nproc_per_node=8 scripts/train.py ...` (train.batch_size is per process).
-"""
+"""`python scripts/train.py ...` from a clone: the command `taser-train` (`python -m taser.train`), whose
+module `taser/train.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    job = typed(cfg)  # settings are checked before torch is imported: a mistake is reported in seconds
-    from taser.pipeline.train import run_training
-
-    run_training(job.model, job.data, job.train, run_dir())
-
+from taser.train import main
 
 if __name__ == "__main__":
     main()

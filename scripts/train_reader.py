@@ -1,25 +1,9 @@
-"""Train DPR's extractive reader on a retrieval JSON of training questions.
-
-python scripts/train_reader.py train_file=outputs/eval/train-bm25/retrieval.json output_dir=outputs/reader
-Distributed: torchrun --nproc_per_node=8 scripts/train_reader.py ... (train.batch_size is per process).
-"""
+"""`python scripts/train_reader.py ...` from a clone: the command `taser-train-reader` (`python -m taser.train_reader`), whose
+module `taser/train_reader.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
-import hydra
 
-from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
-from taser.pipeline.reader import train_reader
-from taser.reader.config import register_schemas
-
-register_schemas()
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="train_reader", version_base="1.3")
-def main(cfg) -> None:
-    setup_logging()
-    result = train_reader(typed(cfg), run_dir())
-    print(f"trained the reader for {result.steps} steps: {result.final_dir}")
-
+from taser.train_reader import main
 
 if __name__ == "__main__":
     main()

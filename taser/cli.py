@@ -4,11 +4,9 @@ typed configs (`taser.pipeline.jobs`) from what Hydra composed."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-
+from taser.shipped import CONFIG_DIR  # noqa: F401  (the scripts import it from here)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

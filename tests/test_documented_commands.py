@@ -17,21 +17,34 @@ from hydra import compose, initialize_config_dir
 
 from taser.cli import CONFIG_DIR
 
-SCRIPT = re.compile(r"scripts/(\w+)\.py")
+# A command in any of its three spellings: `python scripts/train.py` (a clone), `taser-train` (the console command of
+# an installed package), `python -m taser.train` (either); the name is the script's (`taser-build-index`: build_index).
+SCRIPT = re.compile(r"(?:^|\s)(?:\S*/)?scripts/(\w+)\.py(?=\s|$)|(?:^|\s)-m taser\.(\w+)(?=\s|$)|(?:^|\s)(?:\S*/)?taser-([a-z][a-z-]*)(?=\s|$)")
 CONFIG_NAME = re.compile(r'config_name="(\w+)"')
+
+
+def script_name(m: re.Match) -> str:
+    return m.group(1) or m.group(2) or m.group(3).replace("-", "_")
+
+
+def command_modules() -> dict[str, Path]:
+    """Script name -> the module that holds its command (taser/<name>.py; the GPU check's taser/gpu_check/__main__.py)."""
+    found = {path.stem: ROOT / "taser" / f"{path.stem}.py" for path in (ROOT / "scripts").glob("*.py") if not path.name.startswith("_")}
+    found["gpu_check"] = ROOT / "taser" / "gpu_check" / "__main__.py"
+    return found
 
 
 def hydra_scripts() -> dict[str, str]:
     """Script name -> its primary config's name, for the scripts that are Hydra apps."""
     found = {}
-    for path in (ROOT / "scripts").glob("*.py"):
+    for name, path in command_modules().items():
         m = CONFIG_NAME.search(path.read_text(encoding="utf-8"))
         if m:
-            found[path.stem] = m.group(1)
+            found[name] = m.group(1)
     return found
 
 
-COMMAND_START = re.compile(r"^(\S*/)?(python3?|torchrun) ")  # `python`, `.venv/bin/python`, `torchrun`
+COMMAND_START = re.compile(r"^(\S*/)?(python3?|torchrun|taser-[a-z][a-z-]*)(\s|$)")  # `python`, `.venv/bin/python`, `torchrun`
 INLINE_SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
 
 
@@ -101,7 +114,7 @@ def documented_commands(path: Path) -> list[tuple[int, str]]:
     for number, line in enumerate(lines, 1):
         if path.suffix == ".yaml":
             text = re.sub(r"\s+\([^()]*\)$", "", line.lstrip("# ").split("  #")[0].strip())  # a trailing remark: "(DPR's ...)"
-            if line.startswith("#") and text.startswith(("python scripts/", "torchrun ")):
+            if line.startswith("#") and (text.startswith(("python scripts/", "python -m taser.", "torchrun ")) or COMMAND_START.match(text)):
                 found.append((number, text))
             continue
         if line.strip().startswith("```"):
@@ -136,8 +149,9 @@ OPTIONAL = re.compile(r"^\[([\w.]+=[^\[\]]*)\]$")  # `[base_model=bert-base-unca
 def overrides_of(command: str) -> tuple[str, list[str]]:
     """(script, Hydra overrides) of a documented command; placeholders composed as a plain value."""
     words = [OPTIONAL.sub(r"\1", w) for w in shlex.split(PLACEHOLDER.sub("placeholder", command))]
-    at = next(i for i, w in enumerate(words) if SCRIPT.search(w))
-    script = SCRIPT.search(words[at]).group(1)
+    found = SCRIPT.search(" ".join(words))
+    script = script_name(found)
+    at = next(i for i, w in enumerate(words) if w.endswith((f"scripts/{script}.py", f"taser.{script}", "taser-" + script.replace("_", "-"))))
     args = words[at + 1 :]
     sweep = "-m" in args or "--multirun" in args
     overrides = [a for a in args if not a.startswith("-") and "=" in a]
@@ -146,7 +160,8 @@ def overrides_of(command: str) -> tuple[str, list[str]]:
 
 def documents() -> list[Path]:
     docs = sorted((ROOT / "docs").rglob("*.md")) if (ROOT / "docs").is_dir() else []
-    return [ROOT / "README.md", *docs, *sorted((ROOT / "configs").glob("*.yaml")), *sorted((ROOT / "scripts").glob("*.py"))]
+    return [ROOT / "README.md", *docs, *sorted((ROOT / "configs").glob("*.yaml")), *sorted((ROOT / "scripts").glob("*.py")),
+            *sorted(command_modules().values())]
 
 
 def register_all_schemas() -> None:
@@ -225,3 +240,21 @@ def test_a_typo_in_a_scripts_docstring_fails_naming_the_file_and_line(tmp_path, 
     assert [line for line, _ in documented_commands(script)] == [4, 3]
     failures = check(script, scripts)
     assert len(failures) == 1 and failures[0].startswith("tool.py:4: .venv/bin/python scripts/train.py train.stepz=3")
+
+
+@pytest.mark.parametrize("spelling", ["python scripts/train.py", "taser-train", "python -m taser.train", "torchrun --nproc_per_node=2 -m taser.train"])
+def test_each_spelling_of_a_command_is_composed(tmp_path, monkeypatch, spelling):
+    page = tmp_path / "page.md"
+    page.write_text(f"# A page\n\n```bash\n{spelling} model=taser train.batch_sizee=4\n```\n\nInline: `{spelling} model=taser`.\n")
+    scripts = hydra_scripts()
+    monkeypatch.setattr("test_documented_commands.ROOT", tmp_path)
+    assert sorted(command for _, command in documented_commands(page)) == sorted([f"{spelling} model=taser train.batch_sizee=4", f"{spelling} model=taser"])
+    failures = check(page, scripts)
+    assert len(failures) == 1 and "batch_sizee" in failures[0], failures
+
+
+def test_the_installed_spellings_of_every_command_are_counted(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\ntaser-build-index embeddings=x\npython -m taser.gpu_check scale=dry_run\npip install taser-retrieval\n"
+                    "python -m taser.pipeline.stage_code keep squad\n```\n")
+    assert [overrides_of(c)[0] for _, c in documented_commands(page)] == ["build_index", "gpu_check"]

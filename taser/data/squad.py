@@ -21,6 +21,7 @@ from taser.data.passages import Passage, write_passages
 from taser.data.qa import QAPair, write_qa
 from taser.data.splitter import split_word_list
 from taser.io import atomic_open
+from taser.shipped import shipped_file
 
 _WORD = re.compile(r"\S+")
 
@@ -53,7 +54,7 @@ def _word_index(spans: list[tuple[int, int]], char: int) -> int:
 
 def load_squad(path: str | os.PathLike, words_per_passage: int = 100) -> tuple[list[Passage], list[SquadArticle]]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(shipped_file(path), encoding="utf-8") as f:
             data = json.load(f)["data"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DataFormatError(path, "top level", f"not a SQuAD JSON file with a 'data' list ({e})") from None

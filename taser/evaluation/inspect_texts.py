@@ -19,10 +19,11 @@ from pathlib import Path
 from taser.data.passages import Passage, read_passages
 from taser.data.retrieval_json import iter_retrieval_results
 from taser.evaluation.runs import RunResult
+from taser.shipped import CONFIG_DIR, shipped_file
 
 PASSAGES_SHOWN = 5
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TABLE_PRESETS = REPO_ROOT / "configs" / "table"
+TABLE_PRESETS = Path(CONFIG_DIR) / "table"
 PASSAGE_KEYS = ("passages", "passages_tsv", "passages_file")  # the keys of results.json that may name the passages TSV
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _candidates(recorded: str, run_dir: Path | None) -> list[Path]:
     roots = [REPO_ROOT, Path.cwd()]
     if run_dir is not None:
         roots += [run_dir, *run_dir.parents]
-    out = [given] if given.is_absolute() else [root / given for root in roots]
+    out = [given] if given.is_absolute() else [root / given for root in roots] + [shipped_file(given)]
     if given.is_absolute():
         parts = given.parts[1:]
         out += [root / Path(*parts[i:]) for i in range(len(parts) - 2, -1, -1) for root in roots[:2]][::-1]

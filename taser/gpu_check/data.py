@@ -12,6 +12,7 @@ from pathlib import Path
 from taser.data.passages import read_passages
 from taser.data.qa import read_qa
 from taser.data.squad import convert_squad
+from taser.shipped import shipped_file
 
 
 @dataclass
@@ -32,7 +33,7 @@ def _first(items: list, n: int) -> list:
 
 def prepare_data(squad_json: str | Path, work: Path, passages: int, questions: int, articles: int | None = None, seed: int = 0) -> CheckData:
     """Convert `squad_json` (its first `articles` articles, all but the last one training) under `work`/data."""
-    source = Path(squad_json)
+    source = shipped_file(squad_json)
     data = json.loads(source.read_text(encoding="utf-8"))
     total = len(data["data"])
     n = total if articles is None else min(articles, total)

@@ -129,8 +129,8 @@ def installed(backend: Backend) -> bool:
 
 def _extra(backend: Backend) -> str:
     if str(backend) in OPENVINO_BACKENDS:
-        return "pip install 'taser[openvino]' (openvino, and nncf for int8)"
-    return "pip install 'taser[fast]' (onnx and onnxruntime)"
+        return "pip install 'taser-retrieval[openvino]' (openvino, and nncf for int8)"
+    return "pip install 'taser-retrieval[fast]' (onnx and onnxruntime)"
 
 
 _SAID: set[tuple[int, str]] = set()

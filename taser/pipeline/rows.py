@@ -28,6 +28,7 @@ from taser.pipeline.process_tree import run_torchrun
 from taser.pipeline.stage_settings import model_key, train_key
 from taser.pipeline.stages import CPU_KINDS, PrepareStore, Stage, StageStore, code_commit, file_identity, stage_key
 from taser.pipeline.table import DataKind, ExperimentJob, JobPhase, Negatives, Positives, RowKind, RowSpec, TableSpec
+from taser.shipped import shipped_file
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class RowRun:
             return self._data
         spec = self.table.data_of(self.table.row(self.job.row))
         if spec.kind == DataKind.squad:
-            squad = self.identity(Path(spec.squad_json))
+            squad = self.identity(shipped_file(spec.squad_json))
             from taser.data.squad import convert_squad
 
             stage = self.stage("data", "squad", {"train_articles": spec.train_articles}, {"squad": squad},

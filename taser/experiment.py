@@ -1,0 +1,30 @@
+"""One (row, seed) of a paper's table per job; `-m` runs the table's sweep (see configs/experiment.yaml).
+
+    taser-experiment -m table=squad_cpu
+    taser-experiment table=squad_cpu row=dpr seed=2
+"""
+
+import hydra
+
+from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="experiment", version_base="1.3")
+def run_job(cfg) -> None:
+    setup_logging()
+    job = typed(cfg)  # a typo in a row's name is refused here, before anything loads
+    exit_on_sigterm()  # not under submitit, which handles SIGTERM itself
+    from taser.pipeline.rows import run_row
+
+    run_row(job)
+
+
+def main() -> None:
+    from taser.sweeps.check import check_sweep_or_exit
+
+    check_sweep_or_exit()  # every job of a -m sweep composed and checked before the first starts
+    run_job()
+
+
+if __name__ == "__main__":
+    main()

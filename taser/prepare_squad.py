@@ -1,0 +1,23 @@
+"""Convert SQuAD JSON into DPR's formats (passages TSV, QA TSVs, bi-encoder JSON), split by article.
+
+`taser-prepare-squad out_dir=outputs/data/squad`
+"""
+
+import json
+
+import hydra
+
+from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.data.squad import convert_squad
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
+def main(cfg) -> None:
+    setup_logging()
+    job = typed(cfg)
+    summary = convert_squad(job.squad_json, job.out_dir, job.train_articles, job.words_per_passage, job.random_negatives, job.seed)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
