@@ -161,7 +161,6 @@ def test_an_unpublished_checksum_is_recorded_then_checked(server, tmp_path, capl
 
 
 def test_a_tables_missing_data_names_the_download_command(tmp_path):
-    from conftest import ROOT
     from hydra import compose, initialize_config_dir
 
     from taser.cli import CONFIG_DIR, typed
@@ -173,8 +172,10 @@ def test_a_tables_missing_data_names_the_download_command(tmp_path):
     with pytest.raises(MissingData) as error:
         RowRun(job).data()
     message = str(error.value)
-    assert "python scripts/download.py" in message and "resource=data.retriever.nq-train" in message and str(tmp_path) in message
-    assert (ROOT / "scripts" / "download.py").is_file()
+    assert "taser-download" in message and "resource=data.retriever.nq-train" in message and str(tmp_path) in message
+    from importlib.metadata import entry_points
+
+    assert "taser-download" in {ep.name for ep in entry_points(group="console_scripts")}  # the command named is installed
 
 
 def test_download_settings_refuse_unknown_names():

@@ -172,5 +172,5 @@ def test_a_table_row_through_taser_experiment_from_an_empty_directory(installed,
          "hydra.run.dir=outputs/run"], tmp_path, env)
     record = json.loads((tmp_path / "outputs" / "run" / "experiment.json").read_text())
     assert record["row"] == "dpr-0neg" and record["seed"] == 1, record
-    assert (tmp_path / "outputs" / "stages").is_dir()
+    assert (tmp_path / "outputs" / "experiments" / "stages").is_dir()  # the default store, under the working directory
     assert not checkout_reads(log), checkout_reads(log)[:10]

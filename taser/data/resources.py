@@ -63,11 +63,11 @@ _LIST = [
     _dpr("data.gold_passages_info.nq_train", "data/nq_gold_info/nq-train_gold_info.json.gz", ".json", True, "NQ training questions' gold passages",
          NQ_LICENSE),
     _dpr("checkpoint.retriever.single.nq.bert-base-encoder", "checkpoint/retriever/single/nq/hf_bert_base.cp", ".cp", False,
-         "DPR's NQ-trained bi-encoder (import: scripts/convert_checkpoint.py conversion=import_dpr_cp allow_pickle=true)"),
+         "DPR's NQ-trained bi-encoder (import: taser-convert-checkpoint conversion=import_dpr_cp allow_pickle=true)"),
     _dpr("checkpoint.retriever.multiset.bert-base-encoder", "checkpoint/retriver/multiset/hf_bert_base.cp", ".cp", False,
          "DPR's multi-set bi-encoder (import: conversion=import_dpr_cp allow_pickle=true)"),
     Resource("checkpoint.taser.bert-base-uncased", "https://huggingface.co/kelvinih/taser-bert-base-uncased/resolve/main/pytorch_model.bin", ".bin",
-             desc="TASER's released BERT-base checkpoint (import: scripts/convert_checkpoint.py conversion=import_taser allow_pickle=true)"),
+             desc="TASER's released BERT-base checkpoint (import: taser-convert-checkpoint conversion=import_taser allow_pickle=true)"),
 ]
 RESOURCES: dict[str, Resource] = {r.name: r for r in _LIST}
 

@@ -88,10 +88,10 @@ def _hint(path: str, preset: str | None = None, data_dir: str | None = None) -> 
     if name.endswith(".json") and "squad" in name.lower() and Path(path).parent.name == "squad":
         return f"it ships with the repository: `git checkout -- data/squad/{name}` (docs/data.md)"
     if name in ("passages.tsv", "dev.qa.tsv", "train.qa.tsv", "dev.json", "train.json"):
-        return f"recreate it from the shipped SQuAD JSON: `python scripts/prepare_squad.py out_dir={Path(path).parent}`"
+        return f"recreate it from the shipped SQuAD JSON: `taser-prepare-squad out_dir={Path(path).parent}`"
     if preset is not None:
-        return f"fetch it: `python scripts/download.py table={preset} data_dir={data_dir or 'data/downloads'}` (docs/data.md)"
-    return "fetch it with `python scripts/download.py` (docs/data.md lists the resources)"
+        return f"fetch it: `taser-download table={preset} data_dir={data_dir or 'data/downloads'}` (docs/data.md)"
+    return "fetch it with `taser-download` (docs/data.md lists the resources)"
 
 
 def _preset(dataset: str) -> tuple[str, dict] | None:
@@ -202,7 +202,7 @@ def runs_data(runs: Sequence[RunResult], needed: set[int], questions: int) -> Te
     if named is None:
         names = ", ".join(sorted({r.dataset for r in runs}))
         texts.problems.append(f"the runs name no data (their results.json holds no qa_file, passages or squad_json) and no table preset "
-                              f"(configs/table/*.yaml) evaluates a dataset named {names}: evaluate again with scripts/evaluate.py, "
+                              f"(configs/table/*.yaml) evaluates a dataset named {names}: evaluate again with taser-evaluate, "
                               "which keeps retrieval.json (questions, answers, passages) beside results.json")
         return texts
     run_dir = texts.run_dir
@@ -218,7 +218,7 @@ def runs_data(runs: Sequence[RunResult], needed: set[int], questions: int) -> Te
         if named.squad_json:
             texts.questions, texts.passages = _squad_texts(path, named.train_articles, needed, questions)
             texts.source = (f"Questions, answers and the passage each was written from: {_display(path)} (the articles after the first "
-                            f"{named.train_articles}, as scripts/prepare_squad.py splits it), named by {named.how}.")
+                            f"{named.train_articles}, as taser-prepare-squad splits it), named by {named.how}.")
         else:
             texts.questions = _qa_texts(path, needed, questions)
             texts.source = f"Questions and answers: {_display(path)}, named by {named.how}."

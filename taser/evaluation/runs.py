@@ -79,7 +79,7 @@ def system_name(results: dict) -> str:
 
 def _require(results: dict, key: str, kind, path) -> object:
     if key not in results:
-        raise DataFormatError(path, "top level", f"missing field {key!r}: not a results.json of scripts/evaluate.py")
+        raise DataFormatError(path, "top level", f"missing field {key!r}: not a results.json of taser-evaluate")
     if not isinstance(results[key], kind):
         raise DataFormatError(path, f"field {key!r}", f"expected {getattr(kind, '__name__', kind)}, got {type(results[key]).__name__}")
     return results[key]

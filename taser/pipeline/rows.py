@@ -92,7 +92,7 @@ class RowRun:
             missing = [p for p in [files["passages"], files["qa_file"], *files["train_files"]] if not p.is_file()]
             if missing and not self.store.planned:
                 raise MissingData(f"table {self.table.name} needs {', '.join(map(str, missing))}: fetch them with "
-                                  f"python scripts/download.py {' '.join('resource=' + r for r in spec.resources) or 'resource=<name>'} "
+                                  f"taser-download {' '.join('resource=' + r for r in spec.resources) or 'resource=<name>'} "
                                   f"data_dir={spec.data_dir}")
         if spec.limit_questions:
             from taser.data.qa import read_qa, write_qa

@@ -155,7 +155,7 @@ def read_reader_config(directory: str | os.PathLike) -> tuple[ReaderConfig, dict
     if block is None:
         hint = " (it is a retriever checkpoint)" if "taser" in raw else ""
         raise NotAReaderError(f"{config_file} is not a reader checkpoint (no '{CONFIG_KEY}' block){hint}; train one with "
-                              "scripts/train_reader.py or import DPR's with taser.reader.convert.import_dpr_reader")
+                              "taser-train-reader or import DPR's with taser.reader.convert.import_dpr_reader")
     return ReaderConfig.from_dict(block), raw
 
 

@@ -166,7 +166,7 @@ def read_manifests(embeddings: str | os.PathLike, passages_tsv: str | os.PathLik
         raise FileNotFoundError(f"no embeddings directory at {root}")
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and _SHARD_DIR.search(p.name))
     if not dirs:
-        raise FileNotFoundError(f"{root}: no shard_<k>_of_<n> folders (encode with scripts/encode_passages.py)")
+        raise FileNotFoundError(f"{root}: no shard_<k>_of_<n> folders (encode with taser-encode-passages)")
     totals = sorted({int(_SHARD_DIR.search(p.name).group(2)) for p in dirs})
     if len(totals) > 1:
         raise ValueError(f"{root} mixes encodings into {', '.join(map(str, totals))} shards: keep one")

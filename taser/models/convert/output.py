@@ -59,6 +59,6 @@ QUESTION_RULE = "replace \u2019 (U+2019, the typographic apostrophe) with ' befo
 
 def write_readme(directory: Path, title: str, source, lines: list[str]) -> None:
     """`directory/README.md`: where the export came from and how its inputs must be prepared."""
-    body = [f"# {title}", "", f"Exported by taser (`scripts/convert_checkpoint.py`) from `{source}`.", "",
+    body = [f"# {title}", "", f"Exported by taser (`taser-convert-checkpoint`) from `{source}`.", "",
             "## Inputs, as the model was trained and evaluated", "", *[f"- {line}" for line in lines], ""]  # fmt: skip
     (directory / "README.md").write_text("\n".join(body), encoding="utf-8")
