@@ -221,9 +221,9 @@ def test_missing_data_warns_once_on_the_page_and_in_the_log(tmp_path, monkeypatc
     warning = text.split("class=warning")[1].split("</div>")[0]
     assert "outputs/data/squad/dev.qa.tsv (named by results.json of the run) is missing: tried " in warning
     assert f"{tmp_path / 'outputs' / 'data' / 'squad' / 'dev.qa.tsv'}" in warning  # which paths were tried
-    assert "python scripts/prepare_squad.py out_dir=outputs/data/squad" in warning  # how to get it back
+    assert "taser-prepare-squad out_dir=outputs/data/squad" in warning  # how to get it back
     logged = [r.getMessage() for r in caplog.records if "texts missing" in r.getMessage()]
-    assert len(logged) == 1 and "python scripts/prepare_squad.py out_dir=outputs/data/squad" in logged[0]
+    assert len(logged) == 1 and "taser-prepare-squad out_dir=outputs/data/squad" in logged[0]
     assert "<summary>question 42</summary>" in text  # the rows still list the questions, by id
 
 

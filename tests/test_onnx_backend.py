@@ -105,7 +105,7 @@ def test_onnx_backends_are_refused_without_the_extra_or_off_the_cpu(monkeypatch)
 
     assert backends.resolve_backend("auto", "cuda") == backends.Backend.torch
     monkeypatch.setattr(backends, "installed", lambda b: b == backends.Backend.torch)
-    with pytest.raises(ValueError, match=r"needs the optional extra: pip install 'taser\[fast\]'"):
+    with pytest.raises(ValueError, match=r"needs the optional extra: pip install 'taser-retrieval\[fast\]'"):
         backends.resolve_backend("onnx", "cpu")
     with pytest.raises(ValueError, match="runs on the CPU only"):
         backends.resolve_backend("onnx_int8", "cuda")

@@ -237,7 +237,7 @@ def test_missing_package_is_refused_with_the_extra_to_install(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)  # an import of it now fails, as where it is not installed
     for backend in backends.OPENVINO_BACKENDS:
         assert not backends.installed(backends.Backend(backend))
-        with pytest.raises(ValueError, match=r"backend=openvino\S* needs the optional extra: pip install 'taser\[openvino\]'"):
+        with pytest.raises(ValueError, match=r"backend=openvino\S* needs the optional extra: pip install 'taser-retrieval\[openvino\]'"):
             backends.resolve_backend(backend, "cpu")
     monkeypatch.delitem(sys.modules, "openvino")
     assert backends.installed(backends.Backend.openvino) and backends.installed(backends.Backend.openvino_bf16)
