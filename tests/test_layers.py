@@ -23,7 +23,7 @@ LAYERS = [
     {"sweeps"},  # a table's sweep over the composed configs: checked whole, its stage graph planned
     # the commands (taser-<name>, python -m taser.<name>): compose the config, call one pipeline function, print
     {"build_index", "convert_checkpoint", "demo", "download", "encode_passages", "evaluate", "experiment", "mine_negatives", "prepare_squad",
-     "read", "report", "train", "train_reader", "__main__"},  # __main__: a package's own command (taser/gpu_check/__main__.py)
+     "read", "report", "search", "train", "train_reader", "__main__"},  # __main__: a package's own command (taser/gpu_check/__main__.py)
 ]
 RANK = {name: i for i, row in enumerate(LAYERS) for name in row}
 

@@ -298,6 +298,32 @@ class DownloadJob:
         return list(self.resource) + [n for n in table_resources if n not in self.resource]
 
 
+@dataclass
+class SearchJob:
+    """taser-search: rank a corpus for queries without answers (taser.pipeline.search.Searcher)."""
+
+    corpus: str = MISSING  # a DPR passages TSV (id, text, title), a JSONL of documents (_id/id, text/contents, title), or a BEIR directory
+    queries: str = MISSING  # a TSV (id<TAB>text, DPR's question<TAB>answers, or text alone) or a JSONL (_id/id/qid, text/query/question)
+    retriever: Retriever = Retriever.dense  # dense, bm25, or hybrid (bm25 + dense_weight * dense)
+    checkpoint: str | None = None  # dense, hybrid: a checkpoint directory, or a released model's hub name (converted once, cached)
+    allow_pickle: bool = False  # a released model kept as a pickle (TASER's pytorch_model.bin) is converted only when true
+    k: int = 100  # passages ranked per query
+    out_dir: str = MISSING  # run.trec and rankings.jsonl
+    work_dir: str = "outputs/search/cache"  # what is built once and reused: the converted corpus, indexes
+    dense_weight: float = DPR_LAMBDA  # hybrid: fused score = bm25 + dense_weight * dense
+    bm25: BM25Settings = field(default_factory=BM25Settings)  # bm25, hybrid: backend (pyserini, bm25s), k1, b
+    batch_size: int = 128
+    precision: Precision = Precision.auto
+    device: str = "auto"
+    tag: str = "taser"  # the TREC run's tag (its last column)
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.retriever != Retriever.bm25 and not self.checkpoint:
+            raise ValueError(f"retriever={self.retriever} needs a checkpoint (a directory or a released model's hub name)")
+
+
 SCHEMAS = {
     "train_job": TrainJob,
     "encode_job": EncodeJob,
@@ -310,4 +336,5 @@ SCHEMAS = {
     "convert_job": ConvertJob,
     "experiment_job": ExperimentJob,
     "download_job": DownloadJob,
+    "search_job": SearchJob,
 }
