@@ -25,7 +25,7 @@ def shipped_file(path: str | os.PathLike) -> Path:
     given = Path(path)
     if given.is_absolute() or given.exists():
         return given
-    text = given.as_posix().removeprefix("./")
+    text = given.as_posix()  # a Path drops a leading "./"
     if not text.startswith(SHIPPED_PREFIX):
         return given
     packaged = DATA_FILES / text.removeprefix(SHIPPED_PREFIX)

@@ -62,9 +62,12 @@ def test_a_bad_queries_file_names_the_file_the_line_and_the_fault(tmp_path, name
     assert error.value.where == where and what in error.value.what and str(tmp_path / name) in str(error.value)
 
 
-def test_a_missing_queries_file_says_it_does_not_exist(tmp_path):
+def test_a_missing_or_empty_queries_file_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_queries(tmp_path / "absent.tsv")
+    (tmp_path / "blank.tsv").write_text("\n\n")
+    with pytest.raises(DataFormatError, match="no query in the file"):
+        read_queries(tmp_path / "blank.tsv")
 
 
 # -- corpora -------------------------------------------------------------------------------------
@@ -149,8 +152,31 @@ def test_a_checkpoint_that_does_not_exist_or_is_not_one_says_which(tmp_path):
         resolve_checkpoint(tmp_path / "absent")
     with pytest.raises(CheckpointUnavailable, match="is not a checkpoint: it holds no config.json"):
         resolve_checkpoint(tmp_path)
-    with pytest.raises(CheckpointUnavailable, match="allow_pickle=true"):
-        resolve_checkpoint("kelvinih/taser-bert-base-uncased")
+
+
+def test_a_pickled_release_is_converted_only_when_allowed(tmp_path, monkeypatch):
+    from taser.pipeline import released
+
+    monkeypatch.setenv("TASER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(released, "_convert", lambda *a: pytest.fail("fetched and unpickled without allow_pickle"))
+    with pytest.raises(released.CheckpointUnavailable, match="allow_pickle=true"):
+        released.resolve_checkpoint("kelvinih/taser-bert-base-uncased")
+
+
+def test_either_encoder_of_a_released_dpr_pair_names_the_one_conversion(tmp_path, monkeypatch):
+    from taser.pipeline import released
+
+    monkeypatch.setenv("TASER_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    def convert(release, out, allow_pickle):
+        made.append(release)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(released, "_convert", convert)
+    question = released.resolve_checkpoint("facebook/dpr-question_encoder-single-nq-base")
+    assert released.resolve_checkpoint("facebook/dpr-ctx_encoder-single-nq-base") == question and len(made) == 1
 
 
 # -- searching -----------------------------------------------------------------------------------
@@ -183,6 +209,7 @@ def test_search_with_a_trained_and_a_released_checkpoint_and_bm25_writes_valid_r
         hit = records[0]["hits"][0]
         assert hit["rank"] == 1 and hit["id"] == rows[0][2] and hit["text"], name
     assert len(list((tmp_path / "work").glob("*/dense-index/index/index.json"))) == 2  # one index per checkpoint, under its own name
+    assert [p.relative_to(tmp_path / "work").parts[0] for p in (tmp_path / "work").rglob("bm25-index")] == ["bm25-index"]  # one, shared
 
 
 def test_search_reuses_the_index_until_the_checkpoint_or_corpus_changes(tmp_path, trained, monkeypatch):

@@ -29,6 +29,7 @@ def test_a_file_at_the_given_path_wins_and_other_paths_are_left_alone(tmp_path, 
     assert shipped_file(SQUAD) == Path(SQUAD)  # the user's own copy, relative as given
     assert shipped_file("data/squad/absent.json") == Path("data/squad/absent.json")  # not shipped: as given, for the reader's error
     assert shipped_file("outputs/data/squad/dev.json") == Path("outputs/data/squad/dev.json")
+    assert shipped_file("squad/squad-v1.1-dev-40-articles.json") == Path("squad/squad-v1.1-dev-40-articles.json")  # only data/... is shipped data
     absolute = tmp_path / "elsewhere" / SQUAD
     assert shipped_file(absolute) == absolute
 

@@ -67,8 +67,7 @@ def passages_tsv(corpus: str | os.PathLike, work_dir: str | os.PathLike) -> Path
     if tsv.is_file() and record.is_file() and json.loads(record.read_text(encoding="utf-8")) == stamp:
         return tsv
     out.mkdir(parents=True, exist_ok=True)
-    record.unlink(missing_ok=True)  # the TSV is rewritten: no record may vouch for it until it is whole
-    write_passages(tsv, jsonl_passages(source))
+    write_passages(tsv, jsonl_passages(source))  # atomic; the record after it, so a record never vouches for another source's TSV
     with atomic_open(record) as f:
         json.dump(stamp, f)
     return tsv
