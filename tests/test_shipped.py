@@ -48,3 +48,31 @@ def test_every_data_path_the_configs_and_job_defaults_name_ships_in_the_package(
 def test_the_configs_are_found_through_the_package():
     assert Path(shipped.CONFIG_DIR) == shipped.PACKAGE / "configs"
     assert (Path(shipped.CONFIG_DIR) / "train.yaml").resolve() == (ROOT / "configs" / "train.yaml").resolve()
+
+
+def test_the_commands_read_the_shipped_squad_data_from_any_directory(tmp_path, monkeypatch):
+    """What reads shipped data goes through shipped_file: SQuAD's conversion, a table's data stage, the GPU check."""
+    from hydra import compose, initialize_config_dir
+
+    from taser.cli import typed
+    from taser.data.squad import convert_squad
+    from taser.gpu_check.data import prepare_data
+    from taser.pipeline.rows import RowRun
+
+    monkeypatch.chdir(tmp_path)
+    assert convert_squad(SQUAD, tmp_path / "converted", train_articles=30)["passages"] == 2141
+    (tmp_path / "check").mkdir()
+    assert prepare_data(SQUAD, tmp_path / "check", passages=8, questions=4, articles=3).corpus_passages > 0
+    with initialize_config_dir(config_dir=shipped.CONFIG_DIR, version_base="1.3"):
+        cfg = compose("experiment", overrides=["table=squad_cpu", "row=bm25", f"stages_dir={tmp_path / 'stages'}", f"out_dir={tmp_path / 'run'}"])
+    data = RowRun(typed(cfg)).data()
+    assert Path(data["passages"]).is_file() and Path(data["qa_file"]).is_file()
+
+
+def test_an_inspection_page_finds_the_shipped_data_a_run_names_outside_a_clone(tmp_path, monkeypatch):
+    from taser.evaluation import inspect_texts
+
+    monkeypatch.setattr(inspect_texts, "REPO_ROOT", tmp_path / "no-clone")  # an installed package: no checkout around it
+    monkeypatch.chdir(tmp_path)
+    found, _ = inspect_texts.locate(SQUAD)
+    assert found is not None and found.resolve() == (shipped.DATA_FILES / "squad" / "squad-v1.1-dev-40-articles.json").resolve()
