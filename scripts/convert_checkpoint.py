@@ -3,7 +3,7 @@ module `taser/convert_checkpoint.py` says what it does and takes the same settin
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 
-from taser.convert_checkpoint import main
+from taser.convert_checkpoint import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -3,7 +3,7 @@ module `taser/demo.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 
-from taser.demo import main
+from taser.demo import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -3,7 +3,7 @@ module `taser/encode_passages.py` says what it does and takes the same settings.
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 
-from taser.encode_passages import main
+from taser.encode_passages import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -3,7 +3,7 @@ module `taser/gpu_check/__main__.py` says what it does and takes the same settin
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 
-from taser.gpu_check.__main__ import main
+from taser.gpu_check.__main__ import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -3,7 +3,7 @@ module `taser/train_reader.py` says what it does and takes the same settings."""
 
 import _environment  # noqa: F401  (first: a Python without taser's environment is told how to get it)
 
-from taser.train_reader import main
+from taser.train_reader import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -6,6 +6,7 @@
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.index import build_index
 
 
@@ -16,5 +17,11 @@ def main(cfg) -> None:
     build_index(job.embeddings, job.out_dir, job.index)
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-build-index`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "build_index")
     main()
+
+
+if __name__ == "__main__":
+    command()

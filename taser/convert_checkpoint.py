@@ -12,6 +12,7 @@
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.convert import convert_checkpoint
 
 
@@ -24,5 +25,11 @@ def main(cfg) -> None:
     print(out)
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-convert-checkpoint`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "convert_checkpoint")
     main()
+
+
+if __name__ == "__main__":
+    command()

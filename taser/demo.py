@@ -3,6 +3,7 @@
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.demo import run_demo
 
 
@@ -12,5 +13,11 @@ def main(cfg) -> None:
     print(run_demo(typed(cfg)))
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-demo`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "demo")
     main()
+
+
+if __name__ == "__main__":
+    command()

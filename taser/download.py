@@ -11,6 +11,7 @@ from pathlib import Path
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 
 
 def data_configs_hint(data_dir: str, names: list[str]) -> str | None:
@@ -48,5 +49,11 @@ def main(cfg) -> None:
         print(hint, file=sys.stderr)
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-download`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "download")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -8,6 +8,7 @@ Re-running a killed command continues from its last complete chunk.
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.encode import encode_corpus
 
 
@@ -19,5 +20,11 @@ def main(cfg) -> None:
                   job.device, dtype=job.dtype, offsets_cache=job.offsets_cache, backend=job.backend)
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-encode-passages`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "encode_passages")
     main()
+
+
+if __name__ == "__main__":
+    command()

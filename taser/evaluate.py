@@ -14,6 +14,7 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.evaluate_task import run_evaluation
 
 
@@ -25,5 +26,11 @@ def main(cfg) -> None:
     print(results["summary"])
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-evaluate`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "evaluate")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -7,6 +7,7 @@
 import hydra
 
 from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed
+from taser.override_check import check_overrides
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="experiment", version_base="1.3")
@@ -19,12 +20,15 @@ def run_job(cfg) -> None:
     run_row(job)
 
 
-def main() -> None:
+def command() -> None:
+    """The console command (`taser-experiment`): a mistyped setting is answered before Hydra reads it, and every job of a
+    `-m` sweep is composed and checked before the first starts."""
     from taser.sweeps.check import check_sweep_or_exit
 
-    check_sweep_or_exit()  # every job of a -m sweep composed and checked before the first starts
+    check_overrides(CONFIG_DIR, "experiment")
+    check_sweep_or_exit()
     run_job()
 
 
 if __name__ == "__main__":
-    main()
+    command()

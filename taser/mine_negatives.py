@@ -10,6 +10,7 @@ import json
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.mine import mine_negatives
 
 
@@ -26,5 +27,11 @@ def main(cfg) -> None:
     print(json.dumps(summary, indent=2))
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-mine-negatives`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "mine_negatives")
     main()
+
+
+if __name__ == "__main__":
+    command()

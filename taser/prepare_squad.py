@@ -9,6 +9,7 @@ import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.data.squad import convert_squad
+from taser.override_check import check_overrides
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
@@ -19,5 +20,11 @@ def main(cfg) -> None:
     print(json.dumps(summary, indent=2))
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-prepare-squad`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "prepare_squad")
     main()
+
+
+if __name__ == "__main__":
+    command()

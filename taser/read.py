@@ -7,6 +7,7 @@ taser-read checkpoint=outputs/reader/final retrieval=outputs/eval/bm25/retrieval
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.reader import format_scores, read
 from taser.reader.config import register_schemas
 
@@ -20,5 +21,11 @@ def main(cfg) -> None:
     print(f"{results['questions']} questions: {format_scores(results)}")
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-read`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "read")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -13,6 +13,7 @@ import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.evaluation.report import read_runs, write_report
+from taser.override_check import check_overrides
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="report", version_base="1.3")
@@ -23,5 +24,11 @@ def main(cfg) -> None:
     print(report["markdown"])
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-report`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "report")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -14,6 +14,7 @@ import sys
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.override_check import check_overrides
 
 log = logging.getLogger("taser.search")
 
@@ -39,5 +40,11 @@ def main(cfg) -> None:
     print(f"{len(queries)} queries ranked: {files['trec']} (TREC run), {files['jsonl']} (with the passages' texts)")
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-search`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "search")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -6,6 +6,7 @@ Distributed: `torchrun --nproc_per_node=8 -m taser.train ...` (train.batch_size 
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
+from taser.override_check import check_overrides
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
@@ -17,5 +18,11 @@ def main(cfg) -> None:
     run_training(job.model, job.data, job.train, run_dir())
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-train`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "train")
     main()
+
+
+if __name__ == "__main__":
+    command()

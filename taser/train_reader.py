@@ -7,6 +7,7 @@ Distributed: torchrun --nproc_per_node=8 -m taser.train_reader ... (train.batch_
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
+from taser.override_check import check_overrides
 from taser.pipeline.reader import train_reader
 from taser.reader.config import register_schemas
 
@@ -20,5 +21,11 @@ def main(cfg) -> None:
     print(f"trained the reader for {result.steps} steps: {result.final_dir}")
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-train-reader`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "train_reader")
     main()
+
+
+if __name__ == "__main__":
+    command()

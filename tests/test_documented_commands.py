@@ -173,6 +173,15 @@ def register_all_schemas() -> None:
     register_schemas()
 
 
+def refused_keys(config_name: str, overrides: list[str]) -> list[str]:
+    from taser.override_check import _schema_of, unknown_setting
+
+    schema = _schema_of(Path(CONFIG_DIR), config_name)
+    groups = {p.name for p in Path(CONFIG_DIR).iterdir() if p.is_dir()}
+    keys = [o.split("=", 1)[0] for o in overrides if not o.startswith(("+", "~", "hydra.", "hydra/"))]
+    return [why for key in keys if schema is not None and (why := unknown_setting(key, schema, groups))]
+
+
 def check(path: Path, scripts: dict[str, str]) -> list[str]:
     register_all_schemas()
     failures = []
@@ -189,6 +198,10 @@ def check(path: Path, scripts: dict[str, str]) -> list[str]:
                 compose(scripts[script], overrides=overrides, return_hydra_config=True)
         except Exception as e:  # noqa: BLE001 (any composition error is the finding)
             failures.append(f"{path.relative_to(ROOT)}:{line}: {command}\n    {type(e).__name__}: {str(e).splitlines()[0]}")
+            continue
+        refused = refused_keys(scripts[script], overrides)  # the commands' own key check must pass what Hydra composes
+        if refused:
+            failures.append(f"{path.relative_to(ROOT)}:{line}: {command}\n    composes, but the command's key check refuses it: {refused}")
     return failures
 
 

@@ -20,7 +20,7 @@ LAYERS = [
     {"pipeline"},
     {"gpu_check"},  # a tool over the stages (it drives the trainer, the encoder and torchrun), not a stage
     {"cli"},
-    {"sweeps"},  # a table's sweep over the composed configs: checked whole, its stage graph planned
+    {"sweeps", "override_check"},  # a table's sweep over the composed configs: checked whole, its stage graph planned; a command line's keys
     # the commands (taser-<name>, python -m taser.<name>): compose the config, call one pipeline function, print
     {"build_index", "convert_checkpoint", "demo", "download", "encode_passages", "evaluate", "experiment", "mine_negatives", "prepare_squad",
      "read", "report", "search", "train", "train_reader", "__main__"},  # __main__: a package's own command (taser/gpu_check/__main__.py)

@@ -12,6 +12,7 @@ import hydra
 from taser.cli import CONFIG_DIR, setup_logging, typed
 from taser.gpu_check import GpuCheckFailed, run_gpu_check
 from taser.gpu_check.job import register_schema
+from taser.override_check import check_overrides
 
 register_schema()
 
@@ -27,5 +28,11 @@ def main(cfg) -> None:
     print(f"GPU check passed: {cfg.out_dir}/results.md ({results['machine']}, {results['precision']})")
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The console command (`taser-gpu-check`): a mistyped setting is answered before Hydra reads it."""
+    check_overrides(CONFIG_DIR, "gpu_check")
     main()
+
+
+if __name__ == "__main__":
+    command()
