@@ -26,10 +26,9 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
         return real_run_training(model_cfg, train_files, *args, **kwargs)
 
     monkeypatch.setattr(experiment, "run_training", spy_run_training)
-    small = tmp_path / "squad-3.json"
-    small.write_text(json.dumps({"data": json.loads(SQUAD.read_text())["data"][:3]}))
     cfg = DemoJob(
-        squad_json=str(small),
+        squad_json=str(SQUAD),
+        articles=3,  # the first 3 of the 40 (as make quickstart takes 8)
         train_articles=2,
         out_dir=str(tmp_path / "demo"),
         model=ModelSettings.from_value(tiny_model_cfg(tiny_pretrained, "dpr")),
@@ -46,6 +45,7 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
         top_k = [float(cell.split()[0]) for cell in cells]  # "72.3 [63.4, 80.4]": the figure, then its bootstrap interval
         assert all(0 <= v <= 100 for v in top_k) and top_k == sorted(top_k), row
         assert all("[" in cell for cell in cells), row  # every run wrote per_query.jsonl
+    assert "(3 articles, 100 words)" in text and "(last 1 articles)" in text
     assert "1 BM25 hard negative(s)" in text and "cls pooling, dot similarity" in text
     resolved = resolve_precision("auto")
     assert f"({torch.backends.cpu.get_cpu_capability()}," in text  # the CPU kind beside the figures
@@ -55,3 +55,35 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
     assert trained_on == [str(tmp_path / "demo" / "data" / "train.bm25.json")]  # training read the mined negatives
     hybrid = json.loads((tmp_path / "demo" / "hybrid" / "results.json").read_text())
     assert hybrid["retriever"] == "hybrid" and hybrid["questions"] > 0
+
+
+def test_the_quickstart_settings_compose_and_pass_the_key_check():
+    import re
+
+    from conftest import ROOT
+    from hydra import compose, initialize_config_dir
+
+    from taser.cli import CONFIG_DIR, typed
+    from taser.override_check import check_overrides
+
+    settings = re.search(r"^QUICKSTART_SETTINGS := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    check_overrides(CONFIG_DIR, "demo", settings)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        job = typed(compose("demo", overrides=settings))
+    assert job.articles == 8 and job.train_articles == 6 and job.train.max_steps == 20
+
+
+def test_the_readmes_quickstart_figures_are_the_recorded_ones():
+    import re
+
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    recorded = (ROOT / "benchmarks" / "quickstart" / "results.md").read_text(encoding="utf-8")
+    median = float(re.search(r"median \*\*([\d.]+) s\*\*", recorded).group(1))
+    assert f"it took {round(median)} s, set-up excluded (`benchmarks/quickstart/results.md`)" in readme
+    rows = {line.split("|")[1].strip(): line.split("|")[2:6] for line in recorded.splitlines() if line.startswith("| ") and "[" in line}
+    shown = [line for line in readme.split("make quickstart", 1)[1].split("Then, for every", 1)[0].splitlines() if line.startswith("| ") and "[" in line]
+    assert len(shown) == 4
+    for line in shown:
+        assert line.split("|")[2:6] == rows[line.split("|")[1].strip()], line

@@ -115,6 +115,18 @@ def _biencoder_records(corpus: list[Passage], articles: list[SquadArticle], nega
             }
 
 
+def first_articles(squad_json: str | os.PathLike, n: int, out_path: str | os.PathLike) -> Path:
+    """A SQuAD JSON of the first `n` articles of `squad_json`, written (atomically) at `out_path`."""
+    with open(shipped_file(squad_json), encoding="utf-8") as f:
+        data = json.load(f)
+    total = len(data.get("data", []))
+    if not 0 < n <= total:
+        raise ValueError(f"{squad_json} holds {total} articles: cannot take the first {n}")
+    with atomic_open(out_path) as f:
+        json.dump({"version": data.get("version", "1.1"), "data": data["data"][:n]}, f)
+    return Path(out_path)
+
+
 def convert_squad(
     squad_json: str | os.PathLike,
     out_dir: str | os.PathLike,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from taser.data.passages import read_passages
 from taser.data.qa import read_qa
-from taser.data.squad import convert_squad
+from taser.data.squad import convert_squad, first_articles
 from taser.shipped import shipped_file
 
 
@@ -40,8 +40,7 @@ def prepare_data(squad_json: str | Path, work: Path, passages: int, questions: i
     if n < 2:
         raise ValueError(f"{source} holds {total} article(s): the GPU check needs at least 2 (one to train from, one held out)")
     if n < total:
-        source = work / f"squad-first-{n}.json"
-        source.write_text(json.dumps({"version": data.get("version", "1.1"), "data": data["data"][:n]}), encoding="utf-8")
+        source = first_articles(source, n, work / f"squad-first-{n}.json")
     out = work / "data"
     convert_squad(source, out, train_articles=n - 1, seed=seed)
     corpus = list(read_passages(out / "passages.tsv"))

@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from taser.data.squad import convert_squad
+from taser.data.squad import convert_squad, first_articles
 from taser.evaluation.curves import plot_curves, plot_file_name
 from taser.evaluation.report import RunResult, markdown_table, read_run
 from taser.io import atomic_open
@@ -52,7 +52,8 @@ def run_demo(cfg: DemoJob) -> str:
     log.info("demo on %s: training in %s, encoding in %s with PyTorch (backend=torch)", describe_hardware(), train_runtime["precision"],
              runtime["precision"])
     t = time.perf_counter()
-    summary = convert_squad(cfg.squad_json, out / "data", train_articles=cfg.train_articles)
+    source = cfg.squad_json if cfg.articles is None else first_articles(cfg.squad_json, cfg.articles, out / f"squad-first-{cfg.articles}.json")
+    summary = convert_squad(source, out / "data", train_articles=cfg.train_articles)
     times["prepare data"] = time.perf_counter() - t
     data = {
         "passages": str(out / "data" / "passages.tsv"),

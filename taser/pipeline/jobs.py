@@ -246,6 +246,7 @@ class DemoJob:
     train: TrainConfig = field(default_factory=TrainConfig)
     squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
     train_articles: int = 30  # the first 30 articles train, the rest evaluate
+    articles: int | None = None  # only the first N articles (None: all 40): a smaller corpus, a quicker run (make quickstart: 8)
     out_dir: str = "outputs/demo"
     precision: Precision = Precision.auto  # encoding and evaluation
     use_bm25: bool = True  # the BM25 row, BM25 hard negatives and the hybrid row
