@@ -17,7 +17,7 @@ from taser.training.config import TrainConfig
 pytestmark = pytest.mark.slow
 
 
-def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
+def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch, caplog):
     trained_on = []
     real_run_training = experiment.run_training
 
@@ -35,7 +35,10 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch):
         bm25=BM25Settings(backend="bm25s"),
         train=TrainConfig(batch_size=4, learning_rate=1e-4, max_steps=2, warmup_steps=1, save_every=0, val_max_questions=8, progress=False),
     )
-    text = run_demo(cfg)
+    with caplog.at_level("INFO", logger="taser.progress"):
+        text = run_demo(cfg)
+    encoding = [r.getMessage() for r in caplog.records if r.getMessage().startswith("encode passages")]
+    assert len(encoding) >= 4, encoding  # the zero-shot and the trained model's passages each report (a line every 30 s when long)
     assert (tmp_path / "demo" / "results.md").read_text() == text
     assert "![top-k accuracy, k = 1..100](topk-SQuAD.png)" in text  # the report's plot, beside results.md
     assert (tmp_path / "demo" / "topk-SQuAD.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -49,7 +49,7 @@ def evaluate_checkpoint(
     times = {}
     t = time.perf_counter()
     shutil.rmtree(out / "embeddings", ignore_errors=True)  # this stage's scratch: never resume another model's vectors
-    enc = encode_corpus(checkpoint, data["passages"], out / "embeddings", 0, 1, batch_size=batch_size, precision=precision, progress=False)
+    enc = encode_corpus(checkpoint, data["passages"], out / "embeddings", 0, 1, batch_size=batch_size, precision=precision)  # a line every 30 s in a log
     times["encode"] = time.perf_counter() - t
     t = time.perf_counter()
     similarity = read_checkpoint_config(checkpoint)[0].similarity
