@@ -84,6 +84,22 @@ def typed(cfg):
     return OmegaConf.to_object(cfg)
 
 
+def checkpoint_or_exit(name: str, allow_pickle: bool = False) -> str:
+    """A command's checkpoint checked before any weights load: a directory as given, a released model's hub name converted
+    once into the cache (`taser.pipeline.released`); one line and exit status 2 when it does not exist, is not a
+    checkpoint or cannot be fetched."""
+    from pathlib import Path
+
+    from taser.pipeline.released import CheckpointUnavailable, resolve_checkpoint
+
+    try:
+        found = resolve_checkpoint(name, allow_pickle)
+    except CheckpointUnavailable as e:
+        print(f"Error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return name if Path(name).expanduser().is_dir() else str(found)
+
+
 def run_dir() -> str:
     """Hydra's output directory of this job (differs per job under --multirun)."""
     from hydra.core.hydra_config import HydraConfig

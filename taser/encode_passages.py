@@ -7,7 +7,7 @@ Re-running a killed command continues from its last complete chunk.
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, checkpoint_or_exit, setup_logging, typed
 from taser.override_check import check_overrides
 from taser.pipeline.encode import encode_corpus
 
@@ -16,7 +16,7 @@ from taser.pipeline.encode import encode_corpus
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
-    encode_corpus(job.checkpoint, job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size,
+    encode_corpus(checkpoint_or_exit(job.checkpoint), job.passages, job.out_dir, job.shard_id, job.num_shards, job.batch_size, job.precision, job.chunk_size,
                   job.device, dtype=job.dtype, offsets_cache=job.offsets_cache, backend=job.backend)
 
 

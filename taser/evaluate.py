@@ -13,7 +13,7 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, checkpoint_or_exit, setup_logging, typed
 from taser.override_check import check_overrides
 from taser.pipeline.evaluate_task import run_evaluation
 
@@ -22,6 +22,8 @@ from taser.pipeline.evaluate_task import run_evaluation
 def main(cfg) -> None:
     setup_logging()
     job = typed(cfg)
+    if job.checkpoint:
+        job.checkpoint = checkpoint_or_exit(job.checkpoint)
     results = run_evaluation(job)
     print(results["summary"])
 

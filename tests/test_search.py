@@ -250,3 +250,15 @@ def test_the_command_ranks_a_beir_corpus_and_refuses_bad_input_in_one_line(tmp_p
         assert bad.returncode == 2 and says in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and time.perf_counter() - start < 30, bad.stderr
         assert not (tmp_path / "bad" / "run.trec").exists()
+
+
+@pytest.mark.parametrize("script, given, says", [("evaluate", "absent", "does not exist"), ("encode_passages", "empty", "is not a checkpoint"),
+                                                 ("evaluate", "empty", "no config.json")])
+def test_evaluate_and_encode_refuse_a_checkpoint_that_is_not_one_in_one_line(tmp_path, script, given, says):
+    (tmp_path / "empty").mkdir()
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), f"checkpoint={tmp_path / given}", f"out_dir={tmp_path / 'out'}",
+                           "retriever=dense" if script == "evaluate" else "shard_id=0", *(["num_shards=1"] if script != "evaluate" else [])],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1 and time.perf_counter() - start < 30
