@@ -4,9 +4,12 @@
     taser-experiment table=squad_cpu row=dpr seed=2
 """
 
+import sys
+
 import hydra
 
 from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed
+from taser.command_help import print_help_if_asked
 from taser.override_check import check_overrides
 
 
@@ -21,10 +24,11 @@ def run_job(cfg) -> None:
 
 
 def command() -> None:
-    """The console command (`taser-experiment`): a mistyped setting is answered before Hydra reads it, and every job of a
+    """The console command (`taser-experiment`): `--help` lists its settings; a mistyped one is answered before Hydra reads it, and every job of a
     `-m` sweep is composed and checked before the first starts."""
     from taser.sweeps.check import check_sweep_or_exit
 
+    print_help_if_asked(CONFIG_DIR, "experiment", "taser-experiment", __doc__, sys.argv[1:])
     check_overrides(CONFIG_DIR, "experiment")
     check_sweep_or_exit()
     run_job()

@@ -6,10 +6,12 @@
 """
 
 import json
+import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.command_help import print_help_if_asked
 from taser.override_check import check_overrides
 from taser.pipeline.mine import mine_negatives
 
@@ -28,7 +30,8 @@ def main(cfg) -> None:
 
 
 def command() -> None:
-    """The console command (`taser-mine-negatives`): a mistyped setting is answered before Hydra reads it."""
+    """The console command (`taser-mine-negatives`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
+    print_help_if_asked(CONFIG_DIR, "mine_negatives", "taser-mine-negatives", __doc__, sys.argv[1:])
     check_overrides(CONFIG_DIR, "mine_negatives")
     main()
 

@@ -14,6 +14,7 @@ import sys
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.command_help import print_help_if_asked
 from taser.override_check import check_overrides
 
 log = logging.getLogger("taser.search")
@@ -41,7 +42,8 @@ def main(cfg) -> None:
 
 
 def command() -> None:
-    """The console command (`taser-search`): a mistyped setting is answered before Hydra reads it."""
+    """The console command (`taser-search`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
+    print_help_if_asked(CONFIG_DIR, "search", "taser-search", __doc__, sys.argv[1:])
     check_overrides(CONFIG_DIR, "search")
     main()
 

@@ -10,6 +10,7 @@ import sys
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.command_help import print_help_if_asked
 from taser.gpu_check import GpuCheckFailed, run_gpu_check
 from taser.gpu_check.job import register_schema
 from taser.override_check import check_overrides
@@ -29,7 +30,8 @@ def main(cfg) -> None:
 
 
 def command() -> None:
-    """The console command (`taser-gpu-check`): a mistyped setting is answered before Hydra reads it."""
+    """The console command (`taser-gpu-check`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
+    print_help_if_asked(CONFIG_DIR, "gpu_check", "taser-gpu-check", __doc__, sys.argv[1:])
     check_overrides(CONFIG_DIR, "gpu_check")
     main()
 

@@ -62,25 +62,25 @@ class LossCheck:
 
 @dataclass
 class GpuCheckJob:
-    out_dir: str = "outputs/gpu_check"
+    out_dir: str = "outputs/gpu_check"  # results.md and results.json
     device: str = "auto"  # auto: the GPU if there is one (each torchrun rank its own), else the CPU
     precision: Precision = Precision.auto  # auto: decided from the hardware (taser.runtime)
-    models: list[ModelType] = field(default_factory=lambda: [ModelType.dpr, ModelType.taser])
-    sizes: list[Size] = field(default_factory=lambda: [Size.minilm, Size.bert_base])
+    models: list[ModelType] = field(default_factory=lambda: [ModelType.dpr, ModelType.taser])  # which models are checked: dpr, shared, taser
+    sizes: list[Size] = field(default_factory=lambda: [Size.minilm, Size.bert_base])  # encoder sizes: minilm, bert_base
     # training: batch_size questions per GPU, each with one hard negative, as DPR's NQ set-up
     batch_size: int = 16
-    hard_negatives: int = 1
+    hard_negatives: int = 1  # per question
     max_length: int = 256  # passage tokens (title + text)
-    max_question_length: int = 64
+    max_question_length: int = 64  # question tokens
     warm_steps: int = 5  # untimed (allocator, kernel selection); at least 1
     timed_steps: int = 20  # steps/s and questions/s: over these steps
     profiled_steps: int = 5  # GPU utilisation: kernel time / wall time over these (after one profiler warm-up step)
-    check: LossCheck = field(default_factory=LossCheck)
+    check: LossCheck = field(default_factory=LossCheck)  # the loss check against the CPU: its tolerance and steps
     # encoding: passages of the shipped SQuAD corpus (2,141, repeated as needed) and its questions
-    passages: int = 4000
-    questions: int = 2000
-    encode_batch_size: int = 128
-    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
+    passages: int = 4000  # passages encoded for the encoding speed
+    questions: int = 2000  # questions encoded
+    encode_batch_size: int = 128  # passages encoded at once
+    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"  # the data the check trains and encodes
     articles: int | None = None  # only the first N articles of squad_json (None: all 40); the CPU dry run takes fewer
     peers: bool = True  # sentence-transformers' encoding figures too, when it is installed
     # the timed steps under torch.cuda.set_sync_debug_mode("warn"): each implicit host-device sync (a tensor read, a
@@ -88,14 +88,14 @@ class GpuCheckJob:
     sync_debug: bool = False
     # all GPUs: torchrun with this many processes; null: every visible GPU when more than one (else none); 0: never
     ddp_processes: int | None = None
-    ddp_timeout_s: int = 1200
-    mode: Mode = Mode.main
-    seed: int = 12345
-    progress: bool = True
+    ddp_timeout_s: int = 1200  # how long the all-GPU pass may take
+    mode: Mode = Mode.main  # main (what a user runs); ddp: one rank, started by main
+    seed: int = 12345  # the random seed
+    progress: bool = True  # progress lines
     # data, model directories and training runs (each run's checkpoints, 3.5 GB for BERT-base DPR, deleted after it):
     # a new directory under work_dir (null: the system's temporary directory), removed at the end unless keep_work
-    work_dir: str | None = None
-    keep_work: bool = False
+    work_dir: str | None = None  # scratch files (None: a temporary directory)
+    keep_work: bool = False  # keep the scratch files
 
     def __post_init__(self):
         self.precision = Precision.parse(self.precision, "precision")

@@ -70,10 +70,10 @@ class EntityQuestionsSettings:
 
 @dataclass
 class TrainJob:
-    model: ModelSettings = field(default_factory=ModelSettings)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    output_dir: str = MISSING
+    model: ModelSettings = field(default_factory=ModelSettings)  # the model (model=dpr, shared, taser, taser_seq, taser_token, taser_attention)
+    data: DataConfig = field(default_factory=DataConfig)  # the training data (data=squad, nq, trivia, multiset, nq_hub)
+    train: TrainConfig = field(default_factory=TrainConfig)  # the training run: batch, negatives, loss, steps, precision, ...
+    output_dir: str = MISSING  # the checkpoints (final/), logs and train_summary.json
 
     def __post_init__(self):
         if self.model.init_checkpoint is None:
@@ -87,19 +87,19 @@ class TrainJob:
 
 @dataclass
 class EncodeJob:
-    data: DataConfig = field(default_factory=DataConfig)
-    checkpoint: str = MISSING
-    passages: str = MISSING
-    out_dir: str = MISSING
+    data: DataConfig = field(default_factory=DataConfig)  # the data config whose passages are encoded (data=squad)
+    checkpoint: str = MISSING  # a checkpoint directory or a released model's hub name
+    passages: str = MISSING  # the passages TSV (default: the data config's)
+    out_dir: str = MISSING  # where the shards of vectors go (default: beside the checkpoint)
     shard_id: int | None = None  # None: torchrun's RANK (0 outside torchrun)
     num_shards: int | None = None  # None: torchrun's WORLD_SIZE (1 outside torchrun)
     batch_size: int | None = None  # None: one that fits the device (64 on a CPU)
-    precision: Precision = Precision.auto
+    precision: Precision = Precision.auto  # auto (from the hardware), fp32, bf16, fp16
     backend: Backend = Backend.torch  # torch; onnx* (CPU, the `fast` extra); openvino* (CPU, the `openvino` extra); auto (taser.models.backends)
     chunk_size: int = 10_000  # passages per resumable chunk
     dtype: VectorDtype = VectorDtype.float32  # float16 halves the disk; indexes read float32
     offsets_cache: str | None = None  # keeps the passages file's row index for the next shard (large corpora)
-    device: str = "auto"
+    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
 
     def __post_init__(self):
         if (self.shard_id is None) != (self.num_shards is None):
@@ -112,32 +112,32 @@ class EncodeJob:
 
 @dataclass
 class IndexJob:
-    embeddings: str = MISSING
-    out_dir: str = MISSING
-    index: IndexConfig = field(default_factory=IndexConfig)
+    embeddings: str = MISSING  # the encoded passages (taser-encode-passages' out_dir)
+    out_dir: str = MISSING  # where the index is written
+    index: IndexConfig = field(default_factory=IndexConfig)  # the index type and its parameters (index_preset=dpr_hnsw: DPR's HNSW)
 
 
 @dataclass
 class EvaluateJob:
-    data: DataConfig = field(default_factory=DataConfig)
-    task: EvalTask = EvalTask.qa
-    retriever: Retriever = Retriever.dense
+    data: DataConfig = field(default_factory=DataConfig)  # the data config (its passages and QA file)
+    task: EvalTask = EvalTask.qa  # qa (top-k on a QA file), beir, entity_questions
+    retriever: Retriever = Retriever.dense  # dense, bm25, or hybrid
     checkpoint: str | None = None  # dense, hybrid: a taser checkpoint directory
     index: str | None = None  # dense, hybrid: its FAISS index over the passages (None: encode them into a flat index in out_dir)
     search: SearchSettings = field(default_factory=SearchSettings)  # dense, hybrid: search.ef_search, search.nprobe at load time (None: as built)
     qa_file: str | None = None  # task=qa (data.source=hub: data.hub.qa)
     passages: str | None = None  # task=qa, entity_questions (BEIR: converted from corpus.jsonl; data.source=hub: data.hub.passages)
-    match: Match = Match.string
-    out_dir: str = MISSING
-    k: int = 100
-    batch_size: int = 128
-    precision: Precision = Precision.auto
+    match: Match = Match.string  # how an answer is found in a passage: string (DPR's), regex (CuratedTREC)
+    out_dir: str = MISSING  # results.json, per_query.jsonl, retrieval.json
+    k: int = 100  # passages retrieved per question
+    batch_size: int = 128  # questions encoded at once
+    precision: Precision = Precision.auto  # auto (from the hardware), fp32, bf16, fp16
     backend: Backend = Backend.torch  # dense encoding of questions (and of passages when no index is given): taser.models.backends
-    device: str = "auto"
+    device: str = "auto"  # auto, cpu, cuda, ...
     bm25: BM25Settings = field(default_factory=BM25Settings)  # index_dir None: <data.data_dir or outputs>/bm25-<backend> (BEIR: in beir.work_dir)
-    hybrid: HybridSettings = field(default_factory=HybridSettings)
-    beir: BeirSettings = field(default_factory=BeirSettings)
-    entity_questions: EntityQuestionsSettings = field(default_factory=EntityQuestionsSettings)
+    hybrid: HybridSettings = field(default_factory=HybridSettings)  # hybrid: the fusion's settings
+    beir: BeirSettings = field(default_factory=BeirSettings)  # task=beir: the dataset (dir or hub), split, metrics
+    entity_questions: EntityQuestionsSettings = field(default_factory=EntityQuestionsSettings)  # task=entity_questions: the dataset directory
     name: str | None = None  # the system's name in results.json and reports (None: from the retriever and model)
     dataset: str | None = None  # the dataset's name in reports (None: the QA file's or BEIR directory's name)
 
@@ -178,10 +178,10 @@ class EvaluateJob:
 @dataclass
 class ReportJob:
     runs: list[str] = MISSING  # results.json files, or directories searched for them
-    out_dir: str = "outputs/report"
+    out_dir: str = "outputs/report"  # report.md, the plots and the inspection pages
     ks: list[int] | None = None  # top-k columns of QA and EntityQuestions datasets (None: the runs' table's report_ks, else [20, 100])
     beir_metrics: list[str] = field(default_factory=lambda: ["nDCG@10"])  # columns of BEIR datasets
-    title: str = "Retrieval results"
+    title: str = "Retrieval results"  # the report's title
     baseline: str | None = None  # a system's name: every other system is tested against it on the per-question outcomes (marked †)
     alpha: float = 0.05  # significance level after Holm's correction over the table's comparisons
     resamples: int = 10_000  # of the paired randomization test and of the bootstrap intervals
@@ -205,25 +205,25 @@ class ReportJob:
 
 @dataclass
 class MineJob:
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataConfig = field(default_factory=DataConfig)  # the data config (its passages)
     input: str = MISSING  # a bi-encoder JSON, or a QA TSV (distant supervision)
-    passages: str = MISSING
-    output: str = MISSING
-    retriever: MiningRetriever = MiningRetriever.bm25
-    top_n: int = 100
-    num_hard_negatives: int = 30
-    match: Match = Match.string
+    passages: str = MISSING  # the passages TSV mined from
+    output: str = MISSING  # the bi-encoder JSON written
+    retriever: MiningRetriever = MiningRetriever.bm25  # bm25 or dense
+    top_n: int = 100  # passages retrieved per question
+    num_hard_negatives: int = 30  # hard negatives kept per question
+    match: Match = Match.string  # how an answer is found in a passage: string, regex
     distant_positives: bool = False  # every question's positive: its retriever's best answer-bearing passage (DPR Table 5), given ones set aside
-    block_size: int = 1000
-    offsets_cache: str | None = None
-    progress: bool = True
+    block_size: int = 1000  # questions retrieved at once
+    offsets_cache: str | None = None  # the passages file's row index, kept for the next run
+    progress: bool = True  # a progress bar (a line every 30 s in a log)
     checkpoint: str | None = None  # dense
     index: str | None = None  # dense
-    batch_size: int = 128
-    precision: Precision = Precision.auto
+    batch_size: int = 128  # dense: questions encoded at once
+    precision: Precision = Precision.auto  # dense: auto, fp32, bf16, fp16
     backend: Backend = Backend.torch  # dense: the questions' encoding (taser.models.backends)
-    device: str = "auto"
-    bm25: BM25Settings = field(default_factory=BM25Settings)
+    device: str = "auto"  # dense: auto, cpu, cuda, ...
+    bm25: BM25Settings = field(default_factory=BM25Settings)  # bm25: the backend and its k1, b
 
     def __post_init__(self):
         if self.retriever == MiningRetriever.dense and (not self.checkpoint or not self.index):
@@ -232,31 +232,31 @@ class MineJob:
 
 @dataclass
 class PrepareSquadJob:
-    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
-    out_dir: str = "outputs/data/squad"
-    train_articles: int = 30
-    words_per_passage: int = 100
-    random_negatives: int = 10
-    seed: int = 0
+    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"  # the SQuAD JSON (the shipped 40 articles by default)
+    out_dir: str = "outputs/data/squad"  # passages.tsv, train/dev JSON and QA TSVs
+    train_articles: int = 30  # the first N articles train, the rest evaluate
+    words_per_passage: int = 100  # passages of N words (DPR's 100)
+    random_negatives: int = 10  # random negatives per training question
+    seed: int = 0  # the random negatives' seed
 
 
 @dataclass
 class DemoJob:
-    model: ModelSettings = field(default_factory=ModelSettings)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"
+    model: ModelSettings = field(default_factory=ModelSettings)  # the model trained (model=dpr, shared, taser...)
+    train: TrainConfig = field(default_factory=TrainConfig)  # the training run's settings
+    squad_json: str = "data/squad/squad-v1.1-dev-40-articles.json"  # the SQuAD JSON split into the corpus, training and evaluation questions
     train_articles: int = 30  # the first 30 articles train, the rest evaluate
     articles: int | None = None  # only the first N articles (None: all 40): a smaller corpus, a quicker run (make quickstart: 8)
-    out_dir: str = "outputs/demo"
+    out_dir: str = "outputs/demo"  # results.md, the plot and every stage's files
     precision: Precision = Precision.auto  # encoding and evaluation
     use_bm25: bool = True  # the BM25 row, BM25 hard negatives and the hybrid row
-    bm25: BM25Settings = field(default_factory=BM25Settings)
-    hybrid: HybridSettings = field(default_factory=HybridSettings)
+    bm25: BM25Settings = field(default_factory=BM25Settings)  # the BM25 row's settings
+    hybrid: HybridSettings = field(default_factory=HybridSettings)  # the hybrid row's settings
 
 
 @dataclass
 class ConvertJob:
-    conversion: Conversion = MISSING
+    conversion: Conversion = MISSING  # import_hf_dpr, import_dpr_cp, import_taser, import_dpr_reader, export_hf_dpr, export_sentence_transformers, export_taser
     source: str = MISSING  # import: the foreign directory or file (import_hf_dpr: the DPRQuestionEncoder's); export: a taser checkpoint directory
     output: str = MISSING  # the directory written (an import's is a taser checkpoint)
     ctx_source: str | None = None  # import_hf_dpr: the DPRContextEncoder directory
@@ -266,7 +266,7 @@ class ConvertJob:
     overwrite: bool = False  # replace an existing output
     # export_taser: the transformers version TASER's code runs with; null: its environment.yml's pin (4.12.5), whose
     # BERT needs embeddings.position_ids in the file; 4.31 and later refuse that key (e.g. target_transformers=4.44)
-    target_transformers: str | None = None
+    target_transformers: str | None = None  # export_sentence_transformers: the transformers version the export must load under (None: this one)
 
     def __post_init__(self):
         check_arguments(self.conversion, self.ctx_source, self.base_model, self.max_length, self.allow_pickle, self.target_transformers)
@@ -278,7 +278,7 @@ class DownloadJob:
     table: Any = None  # table=<name>: also every resource that table names (configs/table/<name>.yaml, its table.data.resources)
     data_dir: str = DATA_ROOT  # taser.pipeline.table.DATA_ROOT: where data=nq/trivia/multiset and the tables look
     list_resources: bool = False  # print the resources there are, and where each lands
-    progress: bool = True
+    progress: bool = True  # a progress bar (a line every 30 s in a log)
 
     def __post_init__(self):
         from taser.data.resources import resource
@@ -313,9 +313,9 @@ class SearchJob:
     work_dir: str = "outputs/search/cache"  # what is built once and reused: the converted corpus, indexes
     dense_weight: float = DPR_LAMBDA  # hybrid: fused score = bm25 + dense_weight * dense
     bm25: BM25Settings = field(default_factory=BM25Settings)  # bm25, hybrid: backend (pyserini, bm25s), k1, b
-    batch_size: int = 128
-    precision: Precision = Precision.auto
-    device: str = "auto"
+    batch_size: int = 128  # queries (and passages) encoded at once
+    precision: Precision = Precision.auto  # auto (from the hardware), fp32, bf16, fp16
+    device: str = "auto"  # auto, cpu, cuda, ...
     tag: str = "taser"  # the TREC run's tag (its last column)
 
     def __post_init__(self):

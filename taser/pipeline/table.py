@@ -253,17 +253,17 @@ class ExperimentJob:
     seed: int = 1  # training seed (rows without training ignore it and report one result)
     stages_dir: str = "outputs/experiments/stages"  # every stage's output, shared by rows, seeds, jobs and tables
     out_dir: str = "outputs/experiments/run"  # this job's results.json, per_query.jsonl and experiment.json (the sweep sets it)
-    progress: bool = False
+    progress: bool = False  # progress lines of the stages
     # training processes (torchrun, one per GPU) of this job; null: every visible GPU when there are several, else 1.
     # train.batch_size is per process, as under torchrun.
-    processes: int | None = None
+    processes: int | None = None  # training ranks of this job (torchrun), e.g. its GPUs
     # a smoke run of any table: every trained row this many steps, the first 100 questions over the first 20,000 passages
     # (checks the whole chain in minutes; its stages have keys of their own, and its figures are not the paper's)
-    smoke_steps: int | None = None
-    phase: JobPhase = JobPhase.row
+    smoke_steps: int | None = None  # a quick pass of the table: this many training steps and a few questions/passages per row
+    phase: JobPhase = JobPhase.row  # set by the table's sweeper
     # set by the table's sweeper: this job builds only its own row's stages, fails at once on a stage another live job
     # builds (the driver waits for it, outside any allocation) and refuses to train another row's model it does not find
-    scheduled: bool = False
+    scheduled: bool = False  # set by the table's sweeper: a job it launched
 
     def __post_init__(self):
         self.phase = JobPhase.parse(self.phase, "phase")

@@ -91,13 +91,13 @@ class ReaderTrainConfig:
 
 @dataclass
 class TrainReaderJob:
-    model: ReaderModelSettings = field(default_factory=ReaderModelSettings)
-    train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
+    model: ReaderModelSettings = field(default_factory=ReaderModelSettings)  # the reader's encoder and its heads
+    train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)  # the reader's training run
     train_file: str | None = None  # a retrieval JSON of the training questions (scripts/evaluate.py's retrieval.json)
     gold_file: str | None = None  # the questions' gold passages: a bi-encoder JSON (first positive) or DPR's gold-passage file
     dev_file: str | None = None  # a retrieval JSON of dev questions: the checkpoint with the best dev EM is kept in best/ (DPR's choice)
     match: Match = Match.string  # how has_answer is decided when a ctx lacks it
-    output_dir: str = MISSING
+    output_dir: str = MISSING  # the reader's checkpoints (final/, best/) and logs
 
     def __post_init__(self):
         stage = ReaderStage.parse(self.train.stage, "train.stage")
@@ -113,15 +113,15 @@ class TrainReaderJob:
 class ReadJob:
     checkpoint: str = MISSING  # a reader checkpoint directory (train_reader's final/, or an imported DPR reader)
     retrieval: str = MISSING  # a retrieval JSON (scripts/evaluate.py's retrieval.json)
-    out_dir: str = MISSING
+    out_dir: str = MISSING  # predictions.json and results.json
     ks: list[int] = field(default_factory=lambda: [1, 5, 20, 50, 100])  # passages read: EM/F1 at each
     match: Match = Match.string  # regex: answers are CuratedTREC patterns
     max_answer_length: int | None = None  # subword tokens of an answer (None: the checkpoint's model.max_answer_length)
     max_questions: int | None = None  # only the first N questions (None: all)
     batch_size: int = 32  # passages per forward pass
-    precision: Precision = Precision.auto
-    device: str = "auto"
-    progress: bool = True
+    precision: Precision = Precision.auto  # auto, fp32, bf16, fp16
+    device: str = "auto"  # auto, cpu, cuda, ...
+    progress: bool = True  # a progress bar (a line every 30 s in a log)
     name: str | None = None  # the system's name in results.json (None: "<reader's train.name or 'reader'> on <retriever>")
     dataset: str | None = None  # None: the dataset of the retrieval's results.json, else the retrieval file's name
 
