@@ -21,6 +21,7 @@ LAYERS = [
     {"gpu_check"},  # a tool over the stages (it drives the trainer, the encoder and torchrun), not a stage
     {"cli"},
     {"sweeps", "override_check"},  # a table's sweep over the composed configs: checked whole, its stage graph planned; a command line's keys
+    {"command_help"},  # a command's --help, from its schema (override_check's walk)
     # the commands (taser-<name>, python -m taser.<name>): compose the config, call one pipeline function, print
     {"build_index", "convert_checkpoint", "demo", "download", "encode_passages", "evaluate", "experiment", "mine_negatives", "prepare_squad",
      "read", "report", "search", "train", "train_reader", "__main__"},  # __main__: a package's own command (taser/gpu_check/__main__.py)
