@@ -262,3 +262,12 @@ def test_evaluate_and_encode_refuse_a_checkpoint_that_is_not_one_in_one_line(tmp
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert len(done.stderr.strip().splitlines()) == 1 and time.perf_counter() - start < 30
+
+
+def test_a_commands_checkpoint_is_a_directory_as_given_or_a_release_converted(released_pair, trained):
+    from taser.cli import checkpoint_or_exit
+    from taser.pipeline.released import RELEASED, released_dir
+
+    assert checkpoint_or_exit(str(trained)) == str(trained)  # as given: results.json records what the user typed
+    converted = checkpoint_or_exit(released_pair)
+    assert converted == str(released_dir(RELEASED[released_pair].source)) and (Path(converted) / "config.json").is_file()
