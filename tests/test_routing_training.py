@@ -164,6 +164,7 @@ def _worker(rank, world, init_file, pretrained, data_dir, out_dir):
     runner.run(batch, 4, rank * 2)
     if rank == 0:
         torch.save(actual_grads(model), out_dir / "grads.pt")
+    torch.distributed.barrier()  # both ranks leave together: a rank tearing down while the other still saves has hung gloo's shutdown
     destroy_distributed()  # the library's teardown: cached subgroups first, never left to interpreter shutdown
 
 
