@@ -3,13 +3,11 @@
 `taser-build-index embeddings=outputs/train/dpr/embeddings index.type=hnsw`
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.index import build_index
 
 
@@ -22,9 +20,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-build-index`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "build_index", "taser-build-index", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "build_index")
-    main()
+    run_command(main, "build_index", __doc__)
 
 
 if __name__ == "__main__":

@@ -108,3 +108,15 @@ def print_help_if_asked(config_dir: str, config_name: str, command: str, doc: st
     if "--help" in argv or "-h" in argv:
         print(help_text(config_dir, config_name, command, doc, argv))
         raise SystemExit(0)
+
+
+def run_command(main, config_name: str, doc: str | None) -> None:
+    """A console command's entry: `--help` answered from the schema, mistyped keys refused, then the Hydra job `main`."""
+    import sys
+
+    from taser.override_check import check_overrides
+    from taser.shipped import CONFIG_DIR
+
+    print_help_if_asked(CONFIG_DIR, config_name, "taser-" + config_name.replace("_", "-"), doc, sys.argv[1:])
+    check_overrides(CONFIG_DIR, config_name)
+    main()

@@ -9,13 +9,11 @@
     base_model=bert-base-uncased allow_pickle=true output=outputs/converted/dpr-reader-nq`
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.convert import convert_checkpoint
 
 
@@ -30,9 +28,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-convert-checkpoint`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "convert_checkpoint", "taser-convert-checkpoint", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "convert_checkpoint")
-    main()
+    run_command(main, "convert_checkpoint", __doc__)
 
 
 if __name__ == "__main__":

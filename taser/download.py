@@ -11,8 +11,7 @@ from pathlib import Path
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 
 
 def data_configs_hint(data_dir: str, names: list[str]) -> str | None:
@@ -52,9 +51,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-download`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "download", "taser-download", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "download")
-    main()
+    run_command(main, "download", __doc__)
 
 
 if __name__ == "__main__":

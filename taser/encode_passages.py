@@ -5,13 +5,11 @@
 Re-running a killed command continues from its last complete chunk.
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, checkpoint_or_exit, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.encode import encode_corpus
 
 
@@ -25,9 +23,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-encode-passages`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "encode_passages", "taser-encode-passages", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "encode_passages")
-    main()
+    run_command(main, "encode_passages", __doc__)
 
 
 if __name__ == "__main__":

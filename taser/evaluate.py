@@ -11,13 +11,11 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 `taser-evaluate task=beir beir.hub=BeIR/scifact retriever=bm25`
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, checkpoint_or_exit, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.evaluate_task import run_evaluation
 
 
@@ -33,9 +31,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-evaluate`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "evaluate", "taser-evaluate", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "evaluate")
-    main()
+    run_command(main, "evaluate", __doc__)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,11 @@
     taser-experiment table=squad_cpu row=dpr seed=2
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="experiment", version_base="1.3")
@@ -28,10 +26,11 @@ def command() -> None:
     `-m` sweep is composed and checked before the first starts."""
     from taser.sweeps.check import check_sweep_or_exit
 
-    print_help_if_asked(CONFIG_DIR, "experiment", "taser-experiment", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "experiment")
-    check_sweep_or_exit()
-    run_job()
+    def checked_then_run() -> None:
+        check_sweep_or_exit()
+        run_job()
+
+    run_command(checked_then_run, "experiment", __doc__)
 
 
 if __name__ == "__main__":

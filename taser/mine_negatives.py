@@ -6,13 +6,11 @@
 """
 
 import json
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.mine import mine_negatives
 
 
@@ -31,9 +29,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-mine-negatives`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "mine_negatives", "taser-mine-negatives", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "mine_negatives")
-    main()
+    run_command(main, "mine_negatives", __doc__)
 
 
 if __name__ == "__main__":

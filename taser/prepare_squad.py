@@ -4,14 +4,12 @@
 """
 
 import json
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
+from taser.command_help import run_command
 from taser.data.squad import convert_squad
-from taser.override_check import check_overrides
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
@@ -24,9 +22,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-prepare-squad`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "prepare_squad", "taser-prepare-squad", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "prepare_squad")
-    main()
+    run_command(main, "prepare_squad", __doc__)
 
 
 if __name__ == "__main__":

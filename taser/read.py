@@ -4,13 +4,11 @@ results.json (EM / F1 at each k passages read) in out_dir.
 taser-read checkpoint=outputs/reader/final retrieval=outputs/eval/bm25/retrieval.json out_dir=outputs/read/bm25 ks=[1,5,20]
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.reader import format_scores, read
 from taser.reader.config import register_schemas
 
@@ -26,9 +24,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-read`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "read", "taser-read", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "read")
-    main()
+    run_command(main, "read", __doc__)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,12 @@ and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Read
 `taser-report 'runs=[outputs/experiments/squad_cpu]' baseline=dpr 'inspect=["taser T=2"]' inspect_k=5`  (an HTML page per system)
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
+from taser.command_help import run_command
 from taser.evaluation.report import read_runs, write_report
-from taser.override_check import check_overrides
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="report", version_base="1.3")
@@ -29,9 +27,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-report`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "report", "taser-report", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "report")
-    main()
+    run_command(main, "report", __doc__)
 
 
 if __name__ == "__main__":

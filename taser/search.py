@@ -14,8 +14,7 @@ import sys
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 
 log = logging.getLogger("taser.search")
 
@@ -43,9 +42,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-search`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "search", "taser-search", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "search")
-    main()
+    run_command(main, "search", __doc__)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,11 @@
 Distributed: `torchrun --nproc_per_node=8 -m taser.train ...` (train.batch_size is per process).
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
@@ -23,9 +21,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-train`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "train", "taser-train", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "train")
-    main()
+    run_command(main, "train", __doc__)
 
 
 if __name__ == "__main__":

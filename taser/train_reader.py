@@ -4,13 +4,11 @@ taser-train-reader train_file=outputs/eval/train-bm25/retrieval.json output_dir=
 Distributed: torchrun --nproc_per_node=8 -m taser.train_reader ... (train.batch_size is per process).
 """
 
-import sys
 
 import hydra
 
 from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
-from taser.command_help import print_help_if_asked
-from taser.override_check import check_overrides
+from taser.command_help import run_command
 from taser.pipeline.reader import train_reader
 from taser.reader.config import register_schemas
 
@@ -26,9 +24,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-train-reader`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "train_reader", "taser-train-reader", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "train_reader")
-    main()
+    run_command(main, "train_reader", __doc__)
 
 
 if __name__ == "__main__":

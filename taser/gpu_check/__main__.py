@@ -10,10 +10,9 @@ import sys
 import hydra
 
 from taser.cli import CONFIG_DIR, setup_logging, typed
-from taser.command_help import print_help_if_asked
+from taser.command_help import run_command
 from taser.gpu_check import GpuCheckFailed, run_gpu_check
 from taser.gpu_check.job import register_schema
-from taser.override_check import check_overrides
 
 register_schema()
 
@@ -31,9 +30,7 @@ def main(cfg) -> None:
 
 def command() -> None:
     """The console command (`taser-gpu-check`): `--help` lists its settings; a mistyped one is answered before Hydra reads it."""
-    print_help_if_asked(CONFIG_DIR, "gpu_check", "taser-gpu-check", __doc__, sys.argv[1:])
-    check_overrides(CONFIG_DIR, "gpu_check")
-    main()
+    run_command(main, "gpu_check", __doc__)
 
 
 if __name__ == "__main__":
