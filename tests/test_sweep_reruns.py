@@ -19,8 +19,10 @@ from taser.pipeline import job_ledger
 from taser.pipeline.stages import DONE_FILE, StageBusy, StageStore, process_start, stage_key
 
 
-def _holder(seconds: float) -> subprocess.Popen:
-    """Another live process (reaped as soon as it exits, as a process of another job would be)."""
+def _holder(seconds: float = 600) -> subprocess.Popen:
+    """Another live process (reaped as soon as it exits, as a process of another job would be). The tests
+    end it themselves when it should go: one that ends on a timer may end before a loaded machine reaches
+    the step that must find it alive."""
     process = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
     threading.Thread(target=process.wait, daemon=True).start()
     return process
@@ -72,11 +74,12 @@ def test_a_jobs_ledger_says_finished_only_while_every_stage_it_used_is_done(squa
 def test_a_job_run_twice_at_once_is_refused_and_the_driver_waits_for_the_first(squad4, tiny_pretrained, tmp_path):  # noqa: F811
     job = job_of(tiny(squad4, tiny_pretrained, tmp_path / "stages") + ["row=dpr", "seed=1"])
     _, lock = job_ledger._paths(job)
-    holder = _holder(1.5)
+    holder = _holder()
     _lock_held_by(lock, holder)
     with pytest.raises(job_ledger.JobBusy, match="already running"), job_ledger.running(job):
         pytest.fail("ran beside the live one")
     began = time.perf_counter()
+    threading.Timer(1.0, holder.kill).start()
     waiter = threading.Thread(target=job_ledger.wait_while_running, args=(job, 0.05), daemon=True)
     waiter.start()
     waiter.join(timeout=60)
@@ -118,13 +121,23 @@ def test_a_sweep_whose_stage_another_live_job_builds_waits_in_the_driver_and_run
 
     with pytest.raises(KeyOnly.Found) as found:
         RowRun(job_of(overrides + ["row=dpr"]), KeyOnly(tmp_path / "scratch")).data()
-    holder = _holder(3)
+    holder = _holder()
     _lock_held_by(tmp_path / "stages" / (found.value.args[0] + ".lock"), holder)
     monkeypatch.setattr(sweeper, "POLL_S", 0.1)
+    waits = sweeper.TableSweeper._wait_for
+
+    def holder_ends_while_the_driver_waits(lock):
+        threading.Timer(0.5, holder.kill).start()
+        waits(lock)
+
+    monkeypatch.setattr(sweeper.TableSweeper, "_wait_for", staticmethod(holder_ends_while_the_driver_waits))
     sweep = tmp_path / "sweep"
     monkeypatch.setattr(sys, "argv", ["experiment.py", "-m", *overrides, "row=bm25", f"hydra.sweep.dir={sweep}"])
-    runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
-    holder.wait()
+    try:
+        runpy.run_path(str(ROOT / "scripts" / "experiment.py"), run_name="__main__")
+    finally:
+        holder.kill()
+        holder.wait()
     logged = capfd.readouterr()
     assert "bm25 seed 1 met a stage another live job builds" in logged.out + logged.err
     assert ("bm25", 1) in records(sweep)
