@@ -69,7 +69,7 @@ docs-serve: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not package and not openvino and not isolated" -n auto --dist worksteal
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not package and not openvino and not isolated and not rehearsal" -n auto --dist worksteal
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m openvino -n auto --dist worksteal
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m isolated -p no:xdist
 
@@ -82,6 +82,13 @@ test: $(VENV)/.installed
 # outside the checkout and used from an empty directory; its install takes minutes, so it runs here, beside the cluster.
 test-cluster: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m "cluster or package" -n 4 --dist loadfile
+
+# The long rehearsals (marker `rehearsal`): real process trees end to end, tens of seconds each (torchrun ranks,
+# submitit's executor, a kill and resume, a compile cache, the README's steps in a fresh shell). make test leaves them
+# here to stay under 10 minutes on 2 cores; CI runs them after make test.
+.PHONY: test-long
+test-long: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m rehearsal -n auto --dist worksteal
 
 # Mutation testing of one library module (slow, not in CI): make mutants MODULE=taser/pipeline/stages.py [TESTS="tests/a.py tests/b.py"]
 # Prints the score and each surviving mutant; records the score in benchmarks/mutants/results.md (tools/mutants.py).

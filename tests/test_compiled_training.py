@@ -114,6 +114,7 @@ def _compiled_run(out, pretrained, data, cache):
     return json.loads((out / "train_summary.json").read_text())["compile"]
 
 
+@pytest.mark.rehearsal
 @pytest.mark.slow
 def test_second_run_compiles_from_the_cache(tmp_path, tiny_pretrained, mini_squad):
     """Would catch caches left off, kept in a per-process or per-run place, or keyed on something

@@ -322,6 +322,7 @@ def _slow_preparation_worker(rank, world, init_file, out):
     destroy_distributed()
 
 
+@pytest.mark.rehearsal
 @pytest.mark.slow
 def test_ranks_wait_for_a_preparation_longer_than_the_collective_timeout(tmp_path):
     """Item 9 of issue 44: local rank 0 preparing a hub dataset for more than 30 minutes timed the

@@ -129,6 +129,7 @@ def test_a_table_through_the_basic_launcher_builds_each_shared_stage_once(squad4
     assert calls == [] and [s["stage"] for s in records(sweep)[("dpr", 2)]["stages"] if s["built"]] == ["index dpr"]
 
 
+@pytest.mark.rehearsal
 @pytest.mark.slow
 def test_a_table_through_submitits_local_executor(squad4, tiny_pretrained, tmp_path):
     """The same table as one submitit job per (row, seed), as on a SLURM cluster, running at once:
@@ -271,6 +272,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 
+@pytest.mark.rehearsal
 @pytest.mark.slow
 def test_a_row_killed_mid_training_and_mid_encoding_resumes_to_the_uninterrupted_results(squad4, tiny_pretrained, tmp_path):
     """Would catch a killed stage taken as done, a finished stage redone, training restarted from
@@ -354,6 +356,7 @@ def test_a_row_without_training_reports_once_with_the_first_seed(squad4, tiny_pr
     assert "reports once, with the table's first seed (1)" in json.loads((tmp_path / "2" / "experiment.json").read_text())["results"]
 
 
+@pytest.mark.rehearsal
 @pytest.mark.slow
 def test_a_rows_training_stage_runs_under_torchrun_with_several_processes(squad4, tiny_pretrained, tmp_path):
     """processes=2 (as a job with 2 GPUs would by default): the training stage runs torchrun with one

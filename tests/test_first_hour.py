@@ -42,6 +42,7 @@ def clone(where: Path) -> Path:
     return where
 
 
+@pytest.mark.rehearsal
 @pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "activate").exists(), reason="no .venv here: `make test` builds it")
 def test_make_test_then_the_readme_step_then_five_pages(tmp_path):
     root = clone(tmp_path / "taser")

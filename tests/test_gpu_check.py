@@ -175,6 +175,7 @@ def test_dry_run_through_the_library(tmp_path, one_thread):
         assert "not installed" in setup["peers_note"] and "not installed" in text
 
 
+@pytest.mark.rehearsal
 @pytest.mark.slow
 def test_script_on_two_processes_fails_on_a_loss_mismatch(tmp_path):
     """One script run covers the all-GPU path (torchrun, 2 CPU processes) and the exit status: the

@@ -33,6 +33,7 @@ def _worker(rank, world, init_file, pretrained, train_file, out):
     train_reader(_job(pretrained, train_file, out, batch_size=2))
 
 
+@pytest.mark.rehearsal
 def test_two_reader_processes_match_one(tmp_path, tiny_pretrained):
     """Would catch ranks reading the same questions, gradients averaged instead of summed, or a rank's
     slice of the step drawn apart from the single process's order."""
