@@ -56,6 +56,10 @@ def test_demo_chain_on_tiny_data(tmp_path, tiny_pretrained, monkeypatch, caplog)
     mined = json.loads((tmp_path / "demo" / "data" / "train.bm25.json").read_text())
     assert all(r["hard_negative_ctxs"] for r in mined)
     assert trained_on == [str(tmp_path / "demo" / "data" / "train.bm25.json")]  # training read the mined negatives
+    from taser.models.biencoder import read_checkpoint_config
+
+    # zero-shot is the pretrained encoder once: a DPR pair's two encoders are one model before training
+    assert str(read_checkpoint_config(tmp_path / "demo" / "zero-shot" / "initial")[0].model_type) == "shared"
     hybrid = json.loads((tmp_path / "demo" / "hybrid" / "results.json").read_text())
     assert hybrid["retriever"] == "hybrid" and hybrid["questions"] > 0
 
