@@ -152,3 +152,22 @@ def test_signed_differences_carry_their_sign_and_their_metrics_decimals():
 
     assert [_signed(v, "top-20") for v in (-1.26, 0.0, 2.0)] == ["−1.3", "+0.0", "+2.0"]  # the minus sign, not a hyphen
     assert _signed(-0.0123, "nDCG@10") == "−0.012"  # BEIR's fractions: 3 decimals
+
+
+def test_the_plots_k_axis_is_logarithmic_with_the_papers_cut_offs_as_ticks():
+    """k = 1-20, where systems differ, would take a fifth of a linear axis to 100."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from taser.evaluation.curves import k_axis
+
+    fig, ax = plt.subplots()
+    try:
+        k_axis(ax, 100)
+        assert ax.get_xscale() == "log" and ax.get_xlim() == (1.0, 100.0)
+        assert list(ax.get_xticks()) == [1, 2, 5, 10, 20, 50, 100]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "5", "10", "20", "50", "100"]
+    finally:
+        plt.close(fig)
