@@ -6,7 +6,7 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.pipeline.index import build_index
 
@@ -14,7 +14,7 @@ from taser.pipeline.index import build_index
 @hydra.main(config_path=CONFIG_DIR, config_name="build_index", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
     build_index(job.embeddings, job.out_dir, job.index)
 
 

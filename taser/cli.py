@@ -84,6 +84,56 @@ def typed(cfg):
     return OmegaConf.to_object(cfg)
 
 
+def user_error(message: str) -> None:
+    """A mistake in what the user gave (a setting, a path): one line on stderr, exit status 2, no traceback."""
+    print(f"Error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def typed_or_exit(cfg):
+    """`typed(cfg)` for a command: a setting its schema refuses (a bad value, a missing path) is one
+    message and exit status 2 instead of a traceback."""
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    try:
+        return typed(cfg)
+    except MissingMandatoryValue as e:
+        user_error(f"{e.full_key} has no value: give it on the command line ({e.full_key}=...)")
+    except (ValueError, FileNotFoundError, OmegaConfBaseException) as e:
+        user_error(str(e))
+
+
+DATA_HINT = "the shipped SQuAD data: taser-prepare-squad out_dir=outputs/data/squad; DPR's files: taser-download resource=<name> (taser-download lists them)"
+
+
+def inputs_or_exit(files: dict[str, object], directories: dict[str, str | None] | None = None, hint: str | None = None) -> None:
+    """Each named input (setting -> path, or a list of paths; None: not given) checked before any model
+    or data loads: the first file that does not exist or is a directory, or directory that does not
+    exist or is a file, is one message and exit 2."""
+    from pathlib import Path
+
+    wanted = [(setting, path, False) for setting, value in files.items() for path in (value if isinstance(value, (list, tuple)) else [value])]
+    wanted += [(setting, path, True) for setting, path in (directories or {}).items()]
+    for setting, path, directory in wanted:
+        if path is None:
+            continue
+        found = Path(path).expanduser()
+        if not found.exists():
+            user_error(f"{setting}={path}: the {'directory' if directory else 'file'} does not exist" + (f" ({hint})" if hint else ""))
+        if found.is_dir() != directory:
+            user_error(f"{setting}={path}: " + ("is a file, not a directory" if directory else "is a directory, not a file"))
+
+
+def pretrained_or_exit(name: str) -> None:
+    """`model.pretrained` checked before any weights load (`taser.models.pretrained.check_pretrained`)."""
+    from taser.models.pretrained import PretrainedUnavailable, check_pretrained
+
+    try:
+        check_pretrained(name)
+    except PretrainedUnavailable as e:
+        user_error(f"model.pretrained={name}: {e}")
+
+
 def checkpoint_or_exit(name: str, allow_pickle: bool = False) -> str:
     """A command's checkpoint checked before any weights load: a directory as given, a released model's hub name converted
     once into the cache (`taser.pipeline.released`); one line and exit status 2 when it does not exist, is not a

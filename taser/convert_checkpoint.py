@@ -12,7 +12,7 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.pipeline.convert import convert_checkpoint
 
@@ -20,7 +20,7 @@ from taser.pipeline.convert import convert_checkpoint
 @hydra.main(config_path=CONFIG_DIR, config_name="convert_checkpoint", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
     out = convert_checkpoint(job.conversion, job.source, job.output, job.ctx_source, job.base_model, job.max_length, job.allow_pickle, job.overwrite,
                              job.target_transformers)
     print(out)

@@ -3,7 +3,7 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.pipeline.demo import run_demo
 
@@ -11,7 +11,7 @@ from taser.pipeline.demo import run_demo
 @hydra.main(config_path=CONFIG_DIR, config_name="demo", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    print(run_demo(typed(cfg)))
+    print(run_demo(typed_or_exit(cfg)))
 
 
 def command() -> None:

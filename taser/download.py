@@ -10,7 +10,7 @@ from pathlib import Path
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 
 
@@ -31,7 +31,7 @@ def data_configs_hint(data_dir: str, names: list[str]) -> str | None:
 @hydra.main(config_path=CONFIG_DIR, config_name="download", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
     from taser.data.resources import RESOURCES
     from taser.pipeline.download import fetch
 

@@ -14,15 +14,22 @@ relation and its macro average on EntityQuestions (task=entity_questions).
 
 import hydra
 
-from taser.cli import CONFIG_DIR, checkpoint_or_exit, setup_logging, typed
+from taser.cli import CONFIG_DIR, DATA_HINT, checkpoint_or_exit, inputs_or_exit, setup_logging, typed_or_exit
 from taser.command_help import run_command
+from taser.data.config import DataSource
 from taser.pipeline.evaluate_task import run_evaluation
+from taser.pipeline.jobs import EvalTask
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
+    local = job.data.source == DataSource.local
+    inputs_or_exit({"qa_file": job.qa_file if local and job.task == EvalTask.qa else None,
+                    "passages": job.passages if local and job.task != EvalTask.beir else None}, hint=DATA_HINT)
+    inputs_or_exit({}, {"index": job.index, "beir.dir": job.beir.dir if job.task == EvalTask.beir else None,
+                        "entity_questions.dir": job.entity_questions.dir if job.task == EvalTask.entity_questions else None})
     if job.checkpoint:
         job.checkpoint = checkpoint_or_exit(job.checkpoint)
     results = run_evaluation(job)

@@ -7,14 +7,14 @@
 
 import hydra
 
-from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed
+from taser.cli import CONFIG_DIR, exit_on_sigterm, setup_logging, typed_or_exit
 from taser.command_help import run_command
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="experiment", version_base="1.3")
 def run_job(cfg) -> None:
     setup_logging()
-    job = typed(cfg)  # a typo in a row's name is refused here, before anything loads
+    job = typed_or_exit(cfg)  # a typo in a row's name is refused here, before anything loads
     exit_on_sigterm()  # not under submitit, which handles SIGTERM itself
     from taser.pipeline.rows import run_row
 

@@ -9,7 +9,7 @@ import json
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, inputs_or_exit, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.pipeline.mine import mine_negatives
 
@@ -17,7 +17,8 @@ from taser.pipeline.mine import mine_negatives
 @hydra.main(config_path=CONFIG_DIR, config_name="mine_negatives", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
+    inputs_or_exit({"input": job.input, "passages": job.passages})
     summary = mine_negatives(
         job.input, job.passages, job.output, retriever=job.retriever, top_n=job.top_n,
         num_hard_negatives=job.num_hard_negatives, match=job.match, bm25=job.bm25, checkpoint=job.checkpoint,

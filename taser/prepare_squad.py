@@ -7,7 +7,7 @@ import json
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.data.squad import convert_squad
 
@@ -15,7 +15,7 @@ from taser.data.squad import convert_squad
 @hydra.main(config_path=CONFIG_DIR, config_name="prepare_squad", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
     summary = convert_squad(job.squad_json, job.out_dir, job.train_articles, job.words_per_passage, job.random_negatives, job.seed)
     print(json.dumps(summary, indent=2))
 

@@ -7,7 +7,7 @@ taser-read checkpoint=outputs/reader/final retrieval=outputs/eval/bm25/retrieval
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.pipeline.reader import format_scores, read
 from taser.reader.config import register_schemas
@@ -18,7 +18,7 @@ register_schemas()
 @hydra.main(config_path=CONFIG_DIR, config_name="read", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    results = read(typed(cfg))
+    results = read(typed_or_exit(cfg))
     print(f"{results['questions']} questions: {format_scores(results)}")
 
 

@@ -12,7 +12,7 @@ and a top-k accuracy curve per dataset (PNG; the spread over seeds shaded). Read
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.evaluation.report import read_runs, write_report
 
@@ -20,7 +20,7 @@ from taser.evaluation.report import read_runs, write_report
 @hydra.main(config_path=CONFIG_DIR, config_name="report", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
     report = write_report(read_runs(job.runs), job.out_dir, job.ks, job.beir_metrics, job.title, job.stats_settings(), job.inspect, job.inspect_k)
     print(report["markdown"])
 

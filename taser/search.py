@@ -13,7 +13,7 @@ import sys
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 
 log = logging.getLogger("taser.search")
@@ -22,7 +22,7 @@ log = logging.getLogger("taser.search")
 @hydra.main(config_path=CONFIG_DIR, config_name="search", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    job = typed(cfg)
+    job = typed_or_exit(cfg)
     from taser.data.errors import DataFormatError
     from taser.data.queries import read_queries
     from taser.pipeline.released import CheckpointUnavailable

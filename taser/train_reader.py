@@ -7,7 +7,7 @@ Distributed: torchrun --nproc_per_node=8 -m taser.train_reader ... (train.batch_
 
 import hydra
 
-from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed
+from taser.cli import CONFIG_DIR, run_dir, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.pipeline.reader import train_reader
 from taser.reader.config import register_schemas
@@ -18,7 +18,7 @@ register_schemas()
 @hydra.main(config_path=CONFIG_DIR, config_name="train_reader", version_base="1.3")
 def main(cfg) -> None:
     setup_logging()
-    result = train_reader(typed(cfg), run_dir())
+    result = train_reader(typed_or_exit(cfg), run_dir())
     print(f"trained the reader for {result.steps} steps: {result.final_dir}")
 
 

@@ -96,6 +96,9 @@ def test_evaluate_task_defaults():
     assert beir.beir.ignore_identical_ids is True and beir.beir.split == "test"
     assert job("evaluate", "task=beir", "beir.dir=x", "beir.ignore_identical_ids=false").beir.ignore_identical_ids is False
     assert job("evaluate", "index=null").index is None  # a flat index is built in out_dir
+    # the shipped SQuAD questions are named as the squad_cpu table names them (not `dev`, after their file); BEIR by its directory
+    assert qa.dataset == "SQuAD" and beir.dataset is None and job("evaluate", "dataset=mine").dataset == "mine"
+    assert job("evaluate", "data=nq").dataset is None  # its QA file's name: nq-test
     assert job("train", "train.tensorboard=true").train.tensorboard is True
 
 

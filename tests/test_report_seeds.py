@@ -389,3 +389,18 @@ def test_the_median_system_of_seeds_needed_ranks_counts_then_too_many_then_none(
     none = Components(seed=0.0, question=400.0, residual=900.0, seeds=3, questions=1000)
     cells = sorted(seeds_needed_cell(c, 1.0, "top-20", 0.05, 0.8) for c in (none, too_many, count))
     assert [text for _, text in cells][0].isdigit() and [text for _, text in cells][1:] == ["> 200", "none (floor 1.8)"]
+
+
+def test_the_statistics_say_how_far_they_are(seeded_runs, caplog, monkeypatch):
+    """A study's intervals and recipe tests run for minutes: the log gets a line at the start, at least every
+    30 s while they run, and at the end, with the cells done of those to do."""
+    import taser.progress
+    from taser.evaluation.comparison import compare
+
+    monkeypatch.setattr(taser.progress, "on_terminal", lambda stream=None: False)
+    root, _ = seeded_runs
+    runs = read_runs([root])
+    with caplog.at_level("INFO", logger="taser.progress"):
+        compare(runs, [("SQuAD", "top-1"), ("SQuAD", "top-5")], StatsSettings(baseline="dpr", resamples=200))
+    lines = [r.getMessage() for r in caplog.records if r.name == "taser.progress"]
+    assert lines[0].startswith("statistics against dpr: 0/6 ") and lines[-1].startswith("statistics against dpr: 6/6 ")  # 3 systems x 2 columns

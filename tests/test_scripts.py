@@ -86,10 +86,14 @@ def test_prepare_train_encode_index_evaluate(tmp_path, tiny_pretrained, model):
 def test_script_errors_are_clear(tmp_path, tiny_pretrained):
     err = run_fails("train.py", "model.pretrained=/no/such/model", f"data.data_dir={tmp_path}", f"output_dir={tmp_path / 'x'}")
     assert "model path not found: /no/such/model" in err
+    (tmp_path / "passages.tsv").write_text("id\ttext\ttitle\n1\tx\tX\n")
     err = run_fails(
         "evaluate.py", f"checkpoint={tiny_pretrained}", f"index={tmp_path}", f"data.data_dir={tmp_path}", f"qa_file={ROOT / 'tests/fixtures/nq-test.qa.tsv'}"
     )
     assert "not a taser bi-encoder checkpoint" in err
+    err = run_fails("evaluate.py", f"checkpoint={tiny_pretrained}", f"index={tmp_path}", f"data.data_dir={tmp_path / 'none'}",
+                    f"qa_file={ROOT / 'tests/fixtures/nq-test.qa.tsv'}")
+    assert f"passages={tmp_path / 'none' / 'passages.tsv'}: the file does not exist" in err  # the data first: no checkpoint is opened
 
 
 def test_multirun_sweeps_negatives(tmp_path, tiny_pretrained, mini_squad):

@@ -256,9 +256,11 @@ def test_the_command_ranks_a_beir_corpus_and_refuses_bad_input_in_one_line(tmp_p
                                                  ("evaluate", "empty", "no config.json")])
 def test_evaluate_and_encode_refuse_a_checkpoint_that_is_not_one_in_one_line(tmp_path, script, given, says):
     (tmp_path / "empty").mkdir()
+    (tmp_path / "p.tsv").write_text("id\ttext\ttitle\n1\tx\tX\n")
+    (tmp_path / "q.tsv").write_text("who?\t['x']\n")
     start = time.perf_counter()
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), f"checkpoint={tmp_path / given}", f"out_dir={tmp_path / 'out'}",
-                           "retriever=dense" if script == "evaluate" else "shard_id=0", *(["num_shards=1"] if script != "evaluate" else [])],
+                           "passages=p.tsv", *(["retriever=dense", "qa_file=q.tsv"] if script == "evaluate" else ["shard_id=0", "num_shards=1"])],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert len(done.stderr.strip().splitlines()) == 1 and time.perf_counter() - start < 30

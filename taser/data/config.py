@@ -54,6 +54,7 @@ class DataConfig:
     dev_file: str | None = None  # a bi-encoder JSON for validation during training
     passages: str | None = None  # the corpus TSV (id, text, title)
     qa_file: str | None = None  # the evaluation questions (QA TSV)
+    dataset: str | None = None  # the evaluation questions' name in results and reports (None: the QA file's name, nq-test)
     match: Match = Match.string
     train_reader: TrainReader = TrainReader.json  # local training files: read in place (json) or through a memory-mapped Arrow copy
     arrow_cache_dir: str | None = None  # train_reader=arrow: where the Arrow copies go (None: beside each JSON file)

@@ -27,6 +27,7 @@ from taser.evaluation.recipes import MachineSplit, RecipeTest, against_fixed, ma
 from taser.evaluation.runs import RunResult
 from taser.evaluation.seeds import Outcomes, Spread, mean_outcomes, over_seeds
 from taser.evaluation.significance import DEFAULT_RESAMPLES, bootstrap_interval, holm, sign_flip_test
+from taser.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -269,11 +270,15 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
         out.seeds[system] = max(out.seeds.get(system, 0), len(mine))
         out.seeded[system] = out.seeded.get(system, False) or any(r.seed is not None for r in mine)
     pending: list[tuple[str, str, str]] = []
+    against = f" against {settings.baseline}" if settings.baseline else ""
+    # a study's intervals and recipe tests take minutes: a bar on a terminal, a log line every 30 s elsewhere
+    cells = progress(total=len(columns) * len(systems), desc=f"statistics{against}", unit="cell")
     for dataset, metric in columns:
         base_runs = groups.get((settings.baseline, dataset), []) if settings.baseline else []
         # a baseline without this metric (a retriever under a reader's EM@k column) is compared with nothing
         base = outcomes(base_runs, metric) if any(figure(r, metric) is not None for r in base_runs) else None
         for system in systems:
+            cells.update(1)
             mine = groups.get((system, dataset))
             values = [v for v in (figure(r, metric) for r in mine or ()) if v is not None]
             if not values:
@@ -306,6 +311,7 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
                     if unlike and unlike not in out.machine_notes:
                         out.machine_notes.append(unlike)
                         log.warning("%s against %s: %s", system, settings.baseline, unlike)
+    cells.close()
     adjusted = holm([out.cells[key].p for key in pending])
     for key, p in zip(pending, adjusted):
         out.cells[key].p_holm = p

@@ -50,12 +50,13 @@ def plot_curves(runs: Sequence[RunResult], dataset: str, path: str | os.PathLike
     spread = False
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     try:
-        for system, curves in groups.items():
+        colours = plt.get_cmap("tab20").colors if len(groups) > 10 else [None] * len(groups)  # tab10 repeats after 10 systems
+        for (system, curves), colour in zip(groups.items(), colours):
             length = min(len(c) for c in curves)
             ks = range(1, length + 1)
             mean = [sum(c[i] for c in curves) / len(curves) for i in range(length)]
             label = system if len(curves) == 1 else f"{system} (mean of {len(curves)} seeds)"
-            (line,) = ax.plot(ks, mean, label=label, linewidth=1.6)
+            (line,) = ax.plot(ks, mean, label=label, linewidth=1.6, color=colour)
             if len(curves) > 1:  # the spread over seeds: shaded from the lowest to the highest run at each k
                 ax.fill_between(ks, [min(c[i] for c in curves) for i in range(length)], [max(c[i] for c in curves) for i in range(length)],
                                 color=line.get_color(), alpha=0.2, linewidth=0)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from taser.data.errors import DataFormatError
 from taser.evaluation.per_query import PER_QUERY_FILE, read_per_query
+from taser.evaluation.topk import DEFAULT_KS
 
 RESULTS_FILE = "results.json"
 TASKS = ("qa", "beir", "entity_questions", "reader")
@@ -164,11 +165,12 @@ def _walk(directory: Path) -> list[Path]:
     return [f for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")) for f in _walk(sub)]
 
 
-DEFAULT_REPORT_KS = [20, 100]
+DEFAULT_REPORT_KS = list(DEFAULT_KS)  # the cut-offs evaluate.py prints
 
 
 def report_ks(runs: Iterable[RunResult]) -> list[int]:
-    """The top-k columns the runs' tables ask for (in order, each once), else DPR's top-20 and top-100."""
+    """The top-k columns the runs' tables ask for (in order, each once), else the cut-offs evaluate.py
+    prints (top-1, 5, 20 and 100)."""
     ks = []
     for run in runs:
         ks += [k for k in run.report_ks or [] if k not in ks]

@@ -9,7 +9,7 @@ import sys
 
 import hydra
 
-from taser.cli import CONFIG_DIR, setup_logging, typed
+from taser.cli import CONFIG_DIR, setup_logging, typed_or_exit
 from taser.command_help import run_command
 from taser.gpu_check import GpuCheckFailed, run_gpu_check
 from taser.gpu_check.job import register_schema
@@ -21,7 +21,7 @@ register_schema()
 def main(cfg) -> None:
     setup_logging()
     try:
-        results = run_gpu_check(typed(cfg))
+        results = run_gpu_check(typed_or_exit(cfg))
     except GpuCheckFailed as e:
         print(e, file=sys.stderr)
         sys.exit(1)

@@ -23,6 +23,35 @@ def resolve_pretrained(name_or_path: str) -> str:
     return name_or_path
 
 
+class PretrainedUnavailable(FileNotFoundError):
+    """A hub name whose model the hub cannot give: no such repository, or offline and not cached."""
+
+
+def check_pretrained(name_or_path: str) -> None:
+    """Raise PretrainedUnavailable, before any weights load, when `name_or_path` is a hub name whose
+    config the hub cannot give: not such a model, or offline (HF_HUB_OFFLINE=1, no network) and not in
+    the local cache. Fetches only the small config.json (the weights follow at load time)."""
+    resolved = resolve_pretrained(name_or_path)
+    if os.path.isdir(resolved):
+        if not (Path(resolved) / "config.json").is_file():
+            raise PretrainedUnavailable(f"model path {name_or_path} holds no config.json: it is not a Hugging Face model directory")
+        return
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:  # LocalEntryNotFoundError is an EntryNotFoundError: it is caught first
+        hf_hub_download(name_or_path, "config.json")
+    except GatedRepoError:
+        raise PretrainedUnavailable(f"{name_or_path} is gated on the hub: accept its terms there and log in (hf auth login)") from None
+    except RepositoryNotFoundError:
+        raise PretrainedUnavailable(f"{name_or_path} is no model on the hub (nor a local directory)") from None
+    except LocalEntryNotFoundError:
+        raise PretrainedUnavailable(f"{name_or_path} is not in the local hub cache and the hub cannot be reached (offline); "
+                                    f"fetch it once where there is a network: hf download {name_or_path}") from None
+    except EntryNotFoundError:
+        raise PretrainedUnavailable(f"{name_or_path} on the hub holds no config.json: it is not a Hugging Face model") from None
+
+
 def native_pooling(path: str) -> tuple[str, bool]:
     """A sentence-transformers model's own pooling and normalisation, else DPR's (`cls`, no norm)."""
     root = Path(path)

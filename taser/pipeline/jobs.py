@@ -139,11 +139,13 @@ class EvaluateJob:
     beir: BeirSettings = field(default_factory=BeirSettings)  # task=beir: the dataset (dir or hub), split, metrics
     entity_questions: EntityQuestionsSettings = field(default_factory=EntityQuestionsSettings)  # task=entity_questions: the dataset directory
     name: str | None = None  # the system's name in results.json and reports (None: from the retriever and model)
-    dataset: str | None = None  # the dataset's name in reports (None: the QA file's or BEIR directory's name)
+    dataset: str | None = None  # the dataset's name in reports (task=qa: data.dataset by default; None: the QA file's or BEIR directory's name)
 
     def __post_init__(self):
         if self.retriever != Retriever.bm25 and not self.checkpoint:
             raise ValueError(f"retriever={self.retriever} needs checkpoint=... (and index=..., or a flat index is built in out_dir)")
+        if self.dataset is None and self.task == EvalTask.qa:
+            self.dataset = self.data.dataset  # the data config's name for its questions (data=squad: SQuAD, as its table names it)
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         hub = self.data.source == DataSource.hub
@@ -179,7 +181,7 @@ class EvaluateJob:
 class ReportJob:
     runs: list[str] = MISSING  # results.json files, or directories searched for them
     out_dir: str = "outputs/report"  # report.md, the plots and the inspection pages
-    ks: list[int] | None = None  # top-k columns of QA and EntityQuestions datasets (None: the runs' table's report_ks, else [20, 100])
+    ks: list[int] | None = None  # top-k columns of QA and EntityQuestions datasets (None: the runs' table's report_ks, else [1, 5, 20, 100])
     beir_metrics: list[str] = field(default_factory=lambda: ["nDCG@10"])  # columns of BEIR datasets
     title: str = "Retrieval results"  # the report's title
     baseline: str | None = None  # a system's name: every other system is tested against it on the per-question outcomes (marked †)
