@@ -330,6 +330,21 @@ def test_a_smoke_run_is_one_setting_for_every_table():
     run = RowRun(job_of(["table=dpr_nq", "row=dpr", "smoke_steps=2"]), store)
     run.data()
     assert [store.kinds[s.key] for _, s in run.stages] == ["qa-subset", "passages-subset"]
+    # the SQuAD protocol's corpus (2,141 passages) is below the passage cap: its smoke run takes the first 8 articles, 6 training
+    squad = job_of(["table=squad_cpu", "row=dpr", "smoke_steps=2"]).table.data
+    assert (squad.articles, squad.train_articles) == (8, 6)
+    class Recording(PlannedStore):
+        def run(self, kind, settings, inputs, build):
+            self.__dict__.setdefault("settings", {})[stage_key(kind, settings, inputs)] = settings
+            return super().run(kind, settings, inputs, build)
+
+    full, smoke = Recording(), Recording()
+    RowRun(job_of(["table=squad_cpu", "row=dpr"]), full).data()
+    RowRun(job_of(["table=squad_cpu", "row=dpr", "smoke_steps=2"]), smoke).data()
+    whole = next(k for k, kind in full.kinds.items() if kind == "squad")
+    assert full.settings[whole] == {"train_articles": 30}  # the whole corpus keeps its key: `articles` is keyed only when set
+    subset = next(k for k, kind in smoke.kinds.items() if kind == "squad")
+    assert smoke.settings[subset] == {"train_articles": 6, "articles": 8} and subset != whole
 
 
 def test_the_report_takes_the_tables_columns_and_marks_rows_without_figures(tmp_path):

@@ -81,10 +81,14 @@ class RowRun:
         spec = self.table.data_of(self.table.row(self.job.row))
         if spec.kind == DataKind.squad:
             squad = self.identity(shipped_file(spec.squad_json))
-            from taser.data.squad import convert_squad
+            from taser.data.squad import convert_squad, first_articles
 
-            stage = self.stage("data", "squad", {"train_articles": spec.train_articles}, {"squad": squad},
-                              lambda d: convert_squad(spec.squad_json, d, train_articles=spec.train_articles))
+            # `articles` keyed only when set: every stage of the whole corpus keeps its key
+            subset = {} if spec.articles is None else {"articles": spec.articles}
+            stage = self.stage("data", "squad", {"train_articles": spec.train_articles, **subset}, {"squad": squad},
+                              lambda d: convert_squad(spec.squad_json if spec.articles is None else
+                                                      first_articles(spec.squad_json, spec.articles, d / f"squad-first-{spec.articles}.json"),
+                                                      d, train_articles=spec.train_articles))
             files = {"passages": stage.dir / "passages.tsv", "train_files": [stage.dir / "train.json"], "qa_file": stage.dir / "dev.qa.tsv"}
         else:
             root = Path(spec.data_dir)

@@ -88,6 +88,7 @@ class DataSpec:
     dataset: str = "SQuAD"  # the dataset's name in results.json and the report
     squad_json: str | None = None  # kind squad
     train_articles: int = 30  # kind squad: the first N articles train, the rest evaluate
+    articles: int | None = None  # kind squad: only the first N articles of squad_json (None: all; a smoke run: 8)
     limit_questions: int | None = None  # evaluate only the first N questions (smoke runs)
     limit_passages: int | None = None  # retrieve from the first N passages only (smoke runs: not the paper's corpus)
     data_dir: str = DATA_ROOT  # kind files: where scripts/download.py puts the resources
@@ -101,6 +102,9 @@ class DataSpec:
         self.kind = DataKind.parse(self.kind, "table.data.kind")
         if self.kind == DataKind.squad and not self.squad_json:
             raise ValueError("table.data.squad_json is needed for data kind squad")
+        if self.kind == DataKind.squad and self.articles is not None and not 0 < self.train_articles < self.articles:
+            raise ValueError(f"table.data: train_articles ({self.train_articles}) must leave evaluation articles among the first "
+                             f"{self.articles} (articles)")
         if self.kind == DataKind.files and not (self.train_files and self.qa_file and self.passages):
             raise ValueError("table.data: kind files needs train_files, qa_file and passages (names under data_dir)")
 
@@ -258,7 +262,8 @@ class ExperimentJob:
     # train.batch_size is per process, as under torchrun.
     processes: int | None = None  # training ranks of this job (torchrun), e.g. its GPUs
     # a smoke run of any table: every trained row this many steps, the first 100 questions over the first 20,000 passages
-    # (checks the whole chain in minutes; its stages have keys of their own, and its figures are not the paper's)
+    # (a SQuAD-protocol table: its first 8 articles, 6 of them training); it checks the whole chain in minutes, its stages
+    # have keys of their own, and its figures are not the paper's. With a row subset: -m ... smoke_steps=2 row=bm25,dpr seed=1
     smoke_steps: int | None = None  # a quick pass of the table: this many training steps and a few questions/passages per row
     phase: JobPhase = JobPhase.row  # set by the table's sweeper
     # set by the table's sweeper: this job builds only its own row's stages, fails at once on a stage another live job
@@ -277,6 +282,9 @@ class ExperimentJob:
                 raise ValueError(f"smoke_steps must be >= 1 (training steps per row) or null, got {self.smoke_steps}")
             self.table.train = {**self.table.train, "max_steps": self.smoke_steps, "warmup_steps": min(int(self.table.train.get("warmup_steps", 0)), 1)}
             data = self.table.data
+            if data.kind == DataKind.squad:
+                data.articles = min(data.articles or SMOKE_ARTICLES, SMOKE_ARTICLES)
+                data.train_articles = min(data.train_articles, data.articles - 2)
             data.limit_questions = min(data.limit_questions or SMOKE_QUESTIONS, SMOKE_QUESTIONS)
             data.limit_passages = min(data.limit_passages or SMOKE_PASSAGES, SMOKE_PASSAGES)
             reader = self.table.reader_training
@@ -288,6 +296,7 @@ class ExperimentJob:
 
 
 SMOKE_QUESTIONS, SMOKE_PASSAGES = 100, 20_000
+SMOKE_ARTICLES = 8  # a SQuAD-protocol table's smoke run: its first 8 articles (make quickstart's corpus), the last 2 evaluating
 
 
 def check_row_settings(table: TableSpec, row: RowSpec) -> None:
