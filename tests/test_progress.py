@@ -145,3 +145,13 @@ def test_faiss_loader_messages_become_one_line():
     options = proc.stdout.strip()
     level = next((w for w in options.split() if w in ("AVX512_SPR", "AVX512", "AVX2", "SVE", "NEON")), "generic")
     assert f"uses {level}" in said[0] and f"(compile options: {options})" in said[0]
+
+
+def test_a_commands_log_holds_no_model_loading_bars(tiny_pretrained, tmp_path):
+    """Off a terminal, transformers' "Loading weights" bar would be a line in the log for every model loaded."""
+    script = (f"import sys; from taser.cli import setup_logging; setup_logging(); "
+              f"from transformers import AutoModel; AutoModel.from_pretrained({tiny_pretrained!r}); print('loaded')")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "loaded", done.stderr[-2000:]
+    assert "Loading weights" not in done.stderr and "it/s" not in done.stderr, done.stderr

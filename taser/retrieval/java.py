@@ -141,9 +141,19 @@ def anserini_jar() -> Path:
     return Path(max(jars, key=os.path.getctime))
 
 
+LOGGING_PROPERTIES = Path(__file__).with_name("java_logging.properties")
+UNSAFE_ALLOWED_FROM = 23  # the first Java with --sun-misc-unsafe-memory-access (an unknown option stops older JVMs)
+
+
 def jvm_options(java_home: str | os.PathLike) -> list[str]:
-    """JVM options for Anserini: the vector module only where the runtime has it."""
-    return [f"--add-modules={VECTOR_MODULE}"] if has_module(java_home, VECTOR_MODULE) else []
+    """JVM options for Anserini: the vector module only where the runtime has it; and quiet start-ups:
+    Lucene 9's memory-mapped index reader calls sun.misc.Unsafe, for which Java 23+ prints four
+    lines of warning at every JVM start, and Lucene itself a line of advice on Java 22+ (silenced
+    through `java_logging.properties`)."""
+    options = [f"--add-modules={VECTOR_MODULE}"] if has_module(java_home, VECTOR_MODULE) else []
+    if (java_version(java_home) or 0) >= UNSAFE_ALLOWED_FROM:
+        options.append("--sun-misc-unsafe-memory-access=allow")
+    return [*options, f"-Djava.util.logging.config.file={LOGGING_PROPERTIES}"]
 
 
 def java_command(main_class: str, *args: str) -> list[str]:
