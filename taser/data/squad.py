@@ -53,6 +53,9 @@ def _word_index(spans: list[tuple[int, int]], char: int) -> int:
 
 
 def load_squad(path: str | os.PathLike, words_per_passage: int = 100) -> tuple[list[Passage], list[SquadArticle]]:
+    """A SQuAD v1.1 JSON as (passages, articles): each article's text split into passages of
+    `words_per_passage` words (DPR's 100); each article with its passages' indices into the list and its
+    questions, each with its answers and the index of the passage holding its first answer."""
     try:
         with open(shipped_file(path), encoding="utf-8") as f:
             data = json.load(f)["data"]

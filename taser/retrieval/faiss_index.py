@@ -111,6 +111,9 @@ def _skip_polysemous_training(index: faiss.Index) -> None:
 
 
 class PassageIndex:
+    """A FAISS index over passage vectors with their passage ids: `build` (in memory) or `build_streamed`
+    (from chunks on disk), `search` (scores and ids, best first), `save` and `load` a directory."""
+
     def __init__(self, index: faiss.Index, ids: np.ndarray, config: IndexConfig, meta: dict | None = None):
         if index.ntotal != len(ids):
             raise ValueError(f"index holds {index.ntotal} vectors but {len(ids)} ids")
