@@ -273,3 +273,24 @@ def test_a_commands_checkpoint_is_a_directory_as_given_or_a_release_converted(re
     assert checkpoint_or_exit(str(trained)) == str(trained)  # as given: results.json records what the user typed
     converted = checkpoint_or_exit(released_pair)
     assert converted == str(released_dir(RELEASED[released_pair].source)) and (Path(converted) / "config.json").is_file()
+
+
+def test_the_readmes_first_search_runs_as_written_on_the_quickstarts_outputs(tmp_path, trained):
+    """The README's block after `make quickstart`, line by line in bash, in a directory holding what the quickstart
+    leaves (its passages and a trained model; here a tiny one): a ranked list for one's own queries, no download."""
+    import re
+    import shutil
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"right after `make quickstart`.*?```bash\n(.*?)```", readme, re.S).group(1)
+    work = tmp_path / "clone"
+    (work / "outputs" / "quickstart" / "data").mkdir(parents=True)
+    shutil.copytree(trained, work / "outputs" / "quickstart" / "trained" / "final")
+    (work / "outputs" / "quickstart" / "data" / "passages.tsv").write_text(
+        "id\ttext\ttitle\n1\tDenver won Super Bowl 50.\tSuper Bowl 50\n2\tThe Normans came from Normandy.\tNormans\n3\tWarsaw is in Poland.\tWarsaw\n")
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(["bash", "-e", "-c", block], cwd=work, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = [line.split() for line in (work / "outputs" / "search" / "first" / "run.trec").read_text().splitlines()]
+    assert [r[0] for r in run] == ["q1"] * 3 + ["q2"] * 3 and all(len(r) == 6 for r in run)
