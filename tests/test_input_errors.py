@@ -15,6 +15,7 @@ from taser.cli import inputs_or_exit, typed_or_exit
 CASES = [
     ("train", ["data.train_files=[missing.json]"],
      "Error: data.train_files=missing.json: the file does not exist (the shipped SQuAD data: taser-prepare-squad"),
+    ("train", ["data.train_files=[q.tsv]", "data.dev_file=dev.json"], "Error: data.dev_file=dev.json: the file does not exist"),
     ("train", ["data=nq"], "Error: data.train_files=data/downloads/data/retriever/nq-train.json: the file does not exist"),
     ("train", ["model.pretrained=/no/such/model"], "Error: model path not found: /no/such/model"),
     ("train", ["train.batch_size=0"], "Error: train.batch_size must be an integer >= 1, got 0"),
@@ -45,6 +46,8 @@ def test_a_wrong_input_is_one_line_and_exit_2_before_anything_loads(command, set
 def test_a_given_input_that_exists_passes_and_none_is_not_checked(tmp_path):
     (tmp_path / "f").write_text("x")
     inputs_or_exit({"a": str(tmp_path / "f"), "b": None, "c": [str(tmp_path / "f")]}, {"d": str(tmp_path), "e": None})
+    with pytest.raises(SystemExit):  # an input not given does not end the checks of those after it
+        inputs_or_exit({"a": None, "b": str(tmp_path / "missing")})
 
 
 def test_a_schema_refusal_is_an_exit_not_a_traceback(capsys):

@@ -321,7 +321,7 @@ def test_a_bad_row_setting_in_a_sweep_names_the_row():
 
 
 # -- the table's own settings -------------------------------------------------------------------
-def test_a_smoke_run_is_one_setting_for_every_table():
+def test_a_smoke_run_is_one_setting_for_every_table(tmp_path):
     for table in ("squad_cpu", "dpr_nq", "dpr_table3", "taser_nq", "dpr_trivia"):
         job = job_of([f"table={table}", "smoke_steps=2"] + (["row=dpr"] if table != "dpr_table3" else ["row=inbatch-b8"]))
         assert job.table.train["max_steps"] == 2 and job.table.data.limit_questions == 100 and job.table.data.limit_passages == 20_000
@@ -345,6 +345,12 @@ def test_a_smoke_run_is_one_setting_for_every_table():
     assert full.settings[whole] == {"train_articles": 30}  # the whole corpus keeps its key: `articles` is keyed only when set
     subset = next(k for k, kind in smoke.kinds.items() if kind == "squad")
     assert smoke.settings[subset] == {"train_articles": 6, "articles": 8} and subset != whole
+    built = RowRun(job_of(["table=squad_cpu", "row=dpr", "smoke_steps=2"]), StageStore(tmp_path / "stages")).data()
+    passages = Path(built["passages"]).read_text(encoding="utf-8").splitlines()
+    assert len(passages) == 1 + 486  # the header and the first 8 articles' passages (make quickstart's corpus), not all 2,141
+    assert [line.rsplit("\t", 1)[-1] for line in (passages[1], passages[-1])] == ["Super Bowl 50", "Southern California"]
+    with pytest.raises(ValueError, match=r"train_articles \(30\) must leave evaluation articles among the first 8"):
+        job_of(["table=squad_cpu", "row=dpr", "table.data.articles=8"])  # no question would be left to evaluate
 
 
 def test_the_report_takes_the_tables_columns_and_marks_rows_without_figures(tmp_path):
