@@ -323,8 +323,10 @@ def test_one_family_over_two_tables_counts_a_shared_comparison_once(holm_runs):
     assert adjusted == pytest.approx({("B", "A"): 5 * 2 / 512, ("B", "C"): 4 * 2 / 64, ("B", "D"): 3 * 18 / 256,
                                       ("A", "B"): 5 * 2 / 512, ("A", "C"): 0.5, ("A", "D"): 0.5})
     levels = {(b, s): tables[b].cells[(s, "D", "top-1")].runs_level for b, s in adjusted}
-    assert levels == pytest.approx({("B", "A"): 0.01, ("B", "C"): 0.05 / 4, ("B", "D"): 0.05 / 3, ("A", "B"): 0.01,
-                                    ("A", "C"): 0.025, ("A", "D"): 0.05})  # tied p: Holm takes them in order
+    # A-B is rejected at its step (2/512 <= 0.05/5); C's 2/64 fails 0.05/4, where Holm stops: every later comparison
+    # (D's 18/256, the tied 0.25s) had to beat that same 0.05/4, not its own looser step
+    assert levels == pytest.approx({("B", "A"): 0.01, ("B", "C"): 0.05 / 4, ("B", "D"): 0.05 / 4, ("A", "B"): 0.01,
+                                    ("A", "C"): 0.05 / 4, ("A", "D"): 0.05 / 4})
     assert {k for k in adjusted if tables[k[0]].cells[(k[1], "D", "top-1")].significant} == {("B", "A"), ("A", "B")}
     assert all(t.family_sizes() == (5, 0) for t in tables.values())
     text = report_markdown(holm_runs, {}, ks=(1,), comparison=tables["B"])
@@ -414,3 +416,16 @@ def test_a_recipe_test_over_seeds_of_two_machines_carries_the_difference_machine
     one_machine = [_on(r, "X") for r in a]
     assert compare([*one_machine, *fixed], [("D", "top-1")], StatsSettings(baseline="Z", bootstrap=False)).cells[("A", "D", "top-1")].recipe.by_machine is None
     assert machine_table([*one_machine, *fixed], compare([*one_machine, *fixed], [("D", "top-1")], StatsSettings(baseline="Z", bootstrap=False)), ks=(1,)) == ""
+
+
+def test_holm_levels_stop_where_holm_stops_and_give_ties_one_level_whatever_their_order():
+    """Would catch a comparison Holm did not reach given its own looser step (alpha / (m - i + 1) for its rank)
+    instead of the level where the procedure stopped, and tied p-values whose levels depend on read order."""
+    from taser.evaluation.comparison import holm_levels
+
+    assert holm_levels([0.001, 0.002], 0.05) == pytest.approx([0.025, 0.05])  # both rejected: each at its own step
+    levels = holm_levels([0.001, 0.02, 0.02, 0.3], 0.05)
+    assert levels == pytest.approx([0.0125, 0.05 / 3, 0.05 / 3, 0.05 / 3])  # 0.02 fails 0.05/3: Holm stops there
+    assert holm_levels([0.3, 0.02, 0.02, 0.001], 0.05) == pytest.approx(levels[::-1])
+    # tied at the first step (0.05/3, which 0.01 beats, as Holm's adjusted 0.03 says for both); 0.04 then meets its own 0.05
+    assert holm_levels([0.01, 0.01, 0.04], 0.05) == pytest.approx([0.05 / 3, 0.05 / 3, 0.05])

@@ -72,7 +72,7 @@ class Cell:
 
     @property
     def deciding_level(self) -> float | None:
-        """The level the mark's raw p-value is compared with at its step of Holm's procedure."""
+        """The level the mark's raw p-value had to meet under Holm's procedure (`holm_levels`)."""
         return self.recipe_level if self.recipe is not None else self.runs_level
 
 
@@ -329,12 +329,22 @@ def compare(runs: Sequence[RunResult], columns: Sequence[tuple[str, str]], setti
 
 
 def holm_levels(pvalues: Sequence[float], alpha: float) -> list[float]:
-    """The level each p-value meets at its step of Holm's step-down procedure, in the order given: the
-    i-th smallest of m is compared with alpha / (m - i + 1) (ties in the order `holm` takes them)."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    levels = [0.0] * len(pvalues)
+    """The level each p-value had to meet under Holm's step-down procedure, in the order given. The
+    i-th smallest of m is compared with alpha / (m - i + 1) while every smaller one was rejected; the
+    procedure stops at the first that is not, so that one and every later one had to meet the level of
+    the step where it stopped (a later comparison is never reached at its own, looser step). Tied
+    p-values share the first step of their group, as Holm's adjusted p-values do, whatever their order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    levels = [0.0] * m
+    step, stopped = 0, None
     for rank, i in enumerate(order):
-        levels[i] = alpha / (len(pvalues) - rank)
+        if rank == 0 or pvalues[i] != pvalues[order[rank - 1]]:
+            step = rank
+        level = alpha / (m - step)
+        if stopped is None and pvalues[i] > level:
+            stopped = level
+        levels[i] = level if stopped is None else stopped
     return levels
 
 

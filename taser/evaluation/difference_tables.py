@@ -147,8 +147,10 @@ def holm_detectable_table(runs: Sequence[RunResult], comparison: Comparison, ks:
     head = ["system", *(c[2] for c in columns)]
     return ("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "\n".join(rows) + "\n\n"
             f"The same at the level each mark is decided at: the difference the test behind the system's mark (the recipe's where there "
-            f"is one) detects with probability {power:.0%} at the level Holm's step-down procedure compares its p-value with (α / (m − i + 1) "
-            f"for the i-th smallest of the family's m p-values; α = {comparison.settings.alpha:g}), and the matched seeds the recipe test "
+            f"is one) detects with probability {power:.0%} at the level Holm's step-down procedure required of its p-value (α / (m − i + 1) "
+            f"for the i-th smallest of the family's m p-values while every smaller one is rejected; from the first that is not, that "
+            f"step's level for it and every later one; tied p-values at the first step of their group; α = {comparison.settings.alpha:g}), "
+            "and the matched seeds the recipe test "
             "would need at that level for the table's target differences ('none (floor X)' as above).\n")
 
 
