@@ -70,7 +70,6 @@ test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site-check
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=15 -m "not cluster and not package and not openvino and not isolated and not rehearsal" -n auto --dist worksteal
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m openvino -n auto --dist worksteal
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m isolated -p no:xdist
 
 # The cluster rehearsal: a real single-node SLURM (Debian's slurm-wlm and munge, which .ci/run installs) runs the
@@ -84,11 +83,13 @@ test-cluster: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m "cluster or package" -n 4 --dist loadfile
 
 # The long rehearsals (marker `rehearsal`): real process trees end to end, tens of seconds each (torchrun ranks,
-# submitit's executor, a kill and resume, a compile cache, the README's steps in a fresh shell). make test leaves them
-# here to stay under 10 minutes on 2 cores; CI runs them after make test.
+# submitit's executor, a kill and resume, a compile cache, the README's steps in a fresh shell); and the OpenVINO
+# backend's tests, which compile OpenVINO models in a pytest process of their own (tests/test_openvino_backend.py).
+# make test leaves them here to stay under 10 minutes on 2 cores; CI runs them after make test.
 .PHONY: test-long
 test-long: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs --durations=10 -m rehearsal -n auto --dist worksteal
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -rs -m openvino -n auto --dist worksteal
 
 # Mutation testing of one library module (slow, not in CI): make mutants MODULE=taser/pipeline/stages.py [TESTS="tests/a.py tests/b.py"]
 # Prints the score and each surviving mutant; records the score in benchmarks/mutants/results.md (tools/mutants.py).

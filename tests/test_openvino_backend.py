@@ -18,7 +18,7 @@ from taser.models.loading import load_checkpoint, load_model
 from taser.models.openvino_backend import openvino_available
 from taser.runtime import cpu_has_native_bf16
 
-# `openvino`: make test runs these in a pytest process of their own. In a process that had compiled an OpenVINO model, a
+# `openvino`: make test-long runs these in a pytest process of their own. In a process that had compiled an OpenVINO model, a
 # later test (tests/test_hub_data.py's torch.multiprocessing.spawn of gloo ranks after `datasets` tests) ended in a segfault.
 pytestmark = [pytest.mark.skipif(not openvino_available("openvino_int8"), reason="the openvino extra is not installed"), pytest.mark.openvino]
 
