@@ -155,8 +155,7 @@ def checkpoint_or_exit(name: str, allow_pickle: bool = False) -> str:
     try:
         found = resolve_checkpoint(name, allow_pickle)
     except CheckpointUnavailable as e:
-        print(f"Error: {e}", file=sys.stderr)
-        sys.exit(2)
+        user_error(str(e))
     return name if Path(name).expanduser().is_dir() else str(found)
 
 

@@ -170,5 +170,9 @@ def test_the_plots_k_axis_is_logarithmic_with_the_papers_cut_offs_as_ticks():
         assert ax.get_xscale() == "log" and ax.get_xlim() == (1.0, 100.0)
         assert list(ax.get_xticks()) == [1, 2, 5, 10, 20, 50, 100]
         assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "5", "10", "20", "50", "100"]
+        for k_max, ticks in ((30, [1, 2, 5, 10, 20]), (1000, [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])):  # a curve to k_max ends there
+            ax.clear()
+            k_axis(ax, k_max)
+            assert list(ax.get_xticks()) == ticks and ax.get_xlim() == (1.0, float(k_max))
     finally:
         plt.close(fig)

@@ -25,9 +25,9 @@ def k_axis(ax, k_max: int) -> None:
     from matplotlib.ticker import NullFormatter
 
     ax.set_xscale("log")
-    ax.set_xlim(1, k_max)
     ticks = [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if k <= k_max]
     ax.set_xticks(ticks, [str(k) for k in ticks])
+    ax.set_xlim(1, k_max)  # after the ticks, which would widen the view to the last of them
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
